@@ -14,7 +14,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <inttypes.h>
 #include <sys/uio.h>
+
+/* GError domain of src/virtio (guest memory, virtqueue, virtio-blk). */
+#define VIRTIO_ERROR virtio_error_quark()
+typedef enum {
+    VIRTIO_ERROR_INVALID,      /* invalid argument or configuration */
+    VIRTIO_ERROR_NOT_FOUND,    /* unknown property */
+    VIRTIO_ERROR_NOT_SUPPORTED /* feature combination refused */
+} VirtIOErrorCode;
+/* Context: any thread */
+GQuark virtio_error_quark(void);
 
 typedef struct GuestMemRegion {
     uint64_t gpa;  /* guest-physical start */

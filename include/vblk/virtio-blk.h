@@ -182,6 +182,13 @@ unsigned virtio_blk_queue_inflight(const VirtIOBlkQueue *q);
 unsigned virtio_blk_handle_queue(VirtIOBlkQueue *q);
 
 /*
+ * Whether chains are still waiting in the avail ring (a pass stopped at its
+ * cap): the caller should call virtio_blk_handle_queue() again.
+ * Context: owner thread
+ */
+bool virtio_blk_queue_pending(VirtIOBlkQueue *q);
+
+/*
  * Complete @req: @ret >= 0 success, -ENOTSUP/-EOPNOTSUPP -> UNSUPP, other
  * negative errno -> IOERR. Writes the status byte, pushes the used element
  * (len = bytes written + 1) and returns the slot to the pool. Not visible to
