@@ -10,7 +10,7 @@ case $j in
 esac
 [ -f "$f" ] || { echo "VBLK-FIO-RC name=$name rc=2 (no such job)"; exit 2; }
 echo "VBLK-FIO-JOB name=$name"
-fio --output-format=json --output=/tmp/fio.$$.json "$@" "$f"; rc=$?
+fio --eta=never --output-format=json --output=/tmp/fio.$$.json "$@" "$f"; rc=$?
 echo "===VBLK-FIO-JSON-BEGIN==="
 # drop fio's notes before the JSON object and the indentation (the serial line is slow)
 sed -n '/^{/,$p' /tmp/fio.$$.json | sed 's/^[ \t]*//'

@@ -1,0 +1,49 @@
+#!/bin/busybox sh
+# /init of the L1 VM of scripts/nested (QEMU TCG with emulated SVM).
+# Loads kvm + kvm-amd (nested SVM) and the virtio modules for L1's own disk
+# (/dev/vda, the O_DIRECT backing store), then runs /vblk/cmd.sh (written by
+# the host for this run) in /vblk with its output framed by markers on the
+# serial console, and powers off.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+/bin/busybox mount -t devtmpfs dev /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mkdir -p /dev/pts /dev/shm /tmp /run /var/tmp
+mount -t devpts devpts /dev/pts
+mount -t tmpfs shm /dev/shm
+mount -t tmpfs tmp /tmp
+# keep the console quiet: only emergencies from the kernel
+echo 1 > /proc/sys/kernel/printk
+stty -F /dev/console -onlcr -echo 2>/dev/null
+read -r up _ </proc/uptime
+echo "VBLK-L1-UP uptime=$up"
+for m in $(cat /etc/vblk-l1/modules); do
+    insmod /lib/modules/l1/$m.ko 2>/tmp/insmod.err || echo "VBLK-L1-WARN insmod $m: $(cat /tmp/insmod.err)"
+done
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+[ -c /dev/kvm ] && kvm=ok || kvm=missing
+[ -b /dev/vda ] && disk=ok || disk=missing
+read -r up _ </proc/uptime
+echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk"
+
+export HOME=/root VBLK_MODE=nested VBLK_WORK=/vblk VBLK_FILES=/files
+export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd VBLK_DISK=/dev/vda
+[ -f /etc/vblk-l1/l2-append ] && export VBLK_L2_APPEND="$(cat /etc/vblk-l1/l2-append)"
+if [ -x /bin/vblk ]; then export VBLK_BIN=/bin/vblk; else export VBLK_BIN=; fi
+if [ -x /usr/bin/qemu-system-x86_64 ]; then export VBLK_QEMU=/usr/bin/qemu-system-x86_64; else export VBLK_QEMU=; fi
+mkdir -p /root /files /vblk
+cd /vblk
+ln -sf /l2/bzImage bzImage; ln -sf /l2/initrd initrd; ln -sf /dev/vda disk
+[ -x /bin/vblk ] && ln -sf /bin/vblk vblk
+[ -e files ] || ln -sf /files files
+
+echo "===VBLK-L1-CMD-BEGIN==="
+sh /vblk/cmd.sh </dev/null 2>&1
+rc=$?
+echo "===VBLK-L1-CMD-END=== rc=$rc"
+sync
+poweroff -f
+sleep 5
+echo o > /proc/sysrq-trigger
