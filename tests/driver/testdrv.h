@@ -49,10 +49,17 @@ uint64_t testdrv_ram_end(TestDrv *d);
 /*
  * Bump allocator: @size bytes aligned to @align (power of two, 0 = 16)
  * inside one region (moves to the next region if needed). Never freed
- * individually; testdrv_alloc_reset() rewinds to a mark.
+ * individually; testdrv_alloc_reset() rewinds to a mark (long-running tests
+ * and benchmarks allocate their buffers once, or rewind per round). The last
+ * TESTDRV_TAIL_RESERVE bytes of every region are left to
+ * testdrv_alloc_at_region_end().
  */
+#define TESTDRV_TAIL_RESERVE (64 * 1024)
 uint64_t testdrv_alloc(TestDrv *d, uint64_t size, uint64_t align);
-/* Allocate so that the buffer ends exactly at the end of region @i (crossing tests). */
+/*
+ * Buffer of @size bytes (<= TESTDRV_TAIL_RESERVE) ending exactly at the end of
+ * region @i (crossing tests). Always the same place: callers reuse it.
+ */
 uint64_t testdrv_alloc_at_region_end(TestDrv *d, unsigned i, uint64_t size);
 uint64_t testdrv_alloc_mark(TestDrv *d);
 void testdrv_alloc_reset(TestDrv *d, uint64_t mark);
@@ -109,8 +116,8 @@ int testvq_add_indirect(TestVq *vq, const TestBuf *bufs, unsigned n);
 void testvq_set_desc(TestVq *vq, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
                      uint16_t next);
 /* Write an indirect table of @n raw entries at @gpa. */
-void testvq_write_table(TestDrv *d, uint64_t gpa, unsigned i, uint64_t addr, uint32_t len,
-                        uint16_t flags, uint16_t next);
+void testdrv_write_table(TestDrv *d, uint64_t gpa, unsigned i, uint64_t addr, uint32_t len,
+                         uint16_t flags, uint16_t next);
 
 /* Put @head in the next avail slot and publish avail->idx (release). */
 void testvq_publish(TestVq *vq, uint16_t head);
@@ -141,6 +148,13 @@ uint16_t testvq_used_idx(TestVq *vq);
  * added with testvq_add_chain/_indirect.
  */
 bool testvq_get_used(TestVq *vq, uint16_t *head, uint32_t *len);
+
+/*
+ * With EVENT_IDX, testvq_get_used() writes used_event = the next used index
+ * it expects (as Linux's virtqueue_get_buf does), so every completion batch
+ * interrupts. Turn off to drive used_event by hand (default on).
+ */
+void testvq_set_auto_used_event(TestVq *vq, bool on);
 
 /* Interrupts: read the call eventfd; returns its counter (0 if not signalled). */
 uint64_t testvq_take_calls(TestVq *vq);
