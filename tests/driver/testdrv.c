@@ -38,7 +38,7 @@ TestDrv *testdrv_new(const TestDrvOpts *opts)
         o.ram_size = opts->ram_size ? opts->ram_size : o.ram_size;
         o.nregions = opts->nregions ? opts->nregions : o.nregions;
         o.base_gpa = opts->base_gpa ? opts->base_gpa : o.base_gpa;
-        o.gap = opts->gap ? opts->gap : o.gap;
+        o.gap = opts->adjacent ? 0 : opts->gap ? opts->gap : o.gap;
     }
     g_assert(o.nregions <= TESTDRV_MAX_REGIONS);
     rsize = (o.ram_size / o.nregions) & ~4095ull;

@@ -28,6 +28,7 @@ typedef struct TestDrvOpts {
     unsigned nregions; /* 1 (default) or more */
     uint64_t base_gpa; /* gpa of the first region (default 0x100000) */
     uint64_t gap;      /* hole between regions (default 1 MiB) */
+    bool adjacent;     /* no hole between regions (overrides @gap) */
 } TestDrvOpts;
 
 typedef struct TestDrv TestDrv;
