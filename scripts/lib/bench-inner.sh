@@ -1,0 +1,52 @@
+# Runs inside scripts/nested (busybox sh in L1, or sh on a hardware-KVM host):
+# boots the L2 guest image once per VMM with the same fio jobs on the same
+# backing disk ($VBLK_DISK) and prints the guest's output framed by
+#   BENCH-VMM-BEGIN name=<vmm>  ...  BENCH-VMM-END name=<vmm> rc=<n> secs=<s>
+# and a boot-only run per VMM: BENCH-BOOT name=<vmm> rc=<n> secs=<s>.
+# Parameters come from the environment (set by scripts/bench-guest in bench.env):
+#   BENCH_VMMS (e.g. "qemu vblk-dp-on vblk-dp-off"), BENCH_JOBS (comma list),
+#   BENCH_RUNTIME, BENCH_RAMP, BENCH_MEM, BENCH_SMP, BENCH_AIO, BENCH_TIMEOUT.
+. ./files/bench.env
+
+now() { read -r t _ </proc/uptime; echo "$t"; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
+
+# vmm_cmd NAME APPEND: print nothing, run the VMM NAME with kernel cmdline APPEND.
+# To add or change a VMM, add a case here; bench-guest picks it up by name.
+vmm_run() {
+    name=$1; app=$2
+    drive="if=none,id=drive0,file=$VBLK_DISK,format=raw,cache=none,aio=$BENCH_AIO"
+    case $name in
+        qemu)
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" \
+                -nodefaults -nographic -serial stdio -monitor none -no-reboot \
+                -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
+                -object iothread,id=io0 -drive "$drive" \
+                -device virtio-blk-pci,drive=drive0,iothread=io0
+            ;;
+        vblk-dp-on|vblk-dp-off)
+            dp=on; [ "$name" = vblk-dp-off ] && dp=off
+            # shellcheck disable=SC2086
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic \
+                -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
+                -drive "$drive" -device virtio-blk-pci,drive=drive0,x-data-plane=$dp $BENCH_VBLK_EXTRA
+            ;;
+        *) echo "BENCH-ERROR unknown vmm $name"; return 2;;
+    esac
+}
+
+echo "BENCH-START vmms=\"$BENCH_VMMS\" jobs=$BENCH_JOBS runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP mem=$BENCH_MEM smp=$BENCH_SMP aio=$BENCH_AIO mode=$VBLK_MODE"
+for v in $BENCH_VMMS; do
+    t=$(now)
+    vmm_run "$v" "$VBLK_L2_APPEND" >/tmp/boot-$v.log 2>&1
+    rc=$?
+    grep -q 'VBLK-EXIT 0' /tmp/boot-$v.log || { [ $rc -eq 0 ] && rc=99; tail -20 /tmp/boot-$v.log; }
+    echo "BENCH-BOOT name=$v rc=$rc secs=$(since "$t")"
+    echo "BENCH-VMM-BEGIN name=$v"
+    t=$(now)
+    vmm_run "$v" "$VBLK_L2_APPEND vblk.job=$BENCH_JOBS vblk.runtime=$BENCH_RUNTIME vblk.ramp=$BENCH_RAMP"
+    rc=$?
+    echo
+    echo "BENCH-VMM-END name=$v rc=$rc secs=$(since "$t")"
+done
+echo "BENCH-DONE"
