@@ -9,7 +9,11 @@
 
 #include "vblk/guestmem.h"
 
-G_DEFINE_QUARK(vblk - virtio - error - quark, virtio_error)
+/* Context: any thread */
+GQuark virtio_error_quark(void)
+{
+    return g_quark_from_static_string("vblk-virtio-error");
+}
 
 struct GuestMem {
     size_t n;

@@ -55,7 +55,9 @@ static bool parse_uint(const char *name, const char *v, uint64_t max, uint64_t *
 {
     GError *err = NULL;
 
-    if (!g_ascii_string_to_unsigned(v, 0, 0, max, out, &err)) {
+    bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+
+    if (!g_ascii_string_to_unsigned(hex ? v + 2 : v, hex ? 16 : 10, 0, max, out, &err)) {
         g_set_error(errp, VIRTIO_ERROR, VIRTIO_ERROR_INVALID,
                     "Parameter '%s' expects an integer in 0..%" PRIu64 ": %s", name, max,
                     err->message);

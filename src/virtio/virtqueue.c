@@ -36,6 +36,7 @@ struct VirtQueue {
     uint16_t published_used;   /* used->idx as last stored by flush */
     uint16_t signalled_used;   /* used idx at the last interrupt decision */
     bool signalled_used_valid;
+    bool flushed; /* used->idx moved since the last notify decision */
     bool notify_enabled;
     uint16_t used_flags; /* our copy: never read back from guest memory */
 
@@ -400,6 +401,7 @@ void virtqueue_flush(VirtQueue *vq)
     smp_wmb();
     qatomic_set(&vq->used->idx, htole16(new));
     vq->published_used = new;
+    vq->flushed = true;
     /* If used idx wrapped past signalled_used, the cached value means nothing. */
     if ((uint16_t)(new - vq->signalled_used) < (uint16_t)(new - old)) {
         vq->signalled_used_valid = false;
@@ -412,9 +414,10 @@ bool virtqueue_should_notify(VirtQueue *vq)
     uint16_t old = vq->signalled_used, new = vq->published_used;
     bool valid = vq->signalled_used_valid;
 
-    if (vq->broken) {
-        return false;
+    if (vq->broken || !vq->flushed) {
+        return false; /* nothing completed since the last decision */
     }
+    vq->flushed = false;
     /*
      * Our used->idx store must be visible before we read the driver's
      * suppression state. Pairs with the driver's smp_mb() between writing
@@ -423,9 +426,6 @@ bool virtqueue_should_notify(VirtQueue *vq)
     smp_mb();
     vq->signalled_used = new;
     vq->signalled_used_valid = true;
-    if (valid && old == new) {
-        return false; /* nothing completed since the last decision */
-    }
     if (!vq->event_idx) {
         return !(le16toh(qatomic_read(&vq->avail->flags)) & VRING_AVAIL_F_NO_INTERRUPT);
     }

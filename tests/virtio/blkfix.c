@@ -80,7 +80,7 @@ void blkfix_default_conf(VirtIOBlkConf *conf)
 void blkfix_init(BlkFix *f, const BlkFixOpts *o)
 {
     BlkFixOpts opts = o ? *o : (BlkFixOpts){0};
-    TestDrvOpts dopts = {.nregions = opts.nregions};
+    TestDrvOpts dopts = {.nregions = opts.nregions, .adjacent = opts.adjacent};
     VirtIOBlkConf conf;
     uint64_t feat;
     GError *err = NULL;

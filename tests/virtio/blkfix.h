@@ -33,6 +33,7 @@ typedef struct BlkFixOpts {
     unsigned num;              /* virtqueue size (default conf.queue_size) */
     uint64_t features;         /* driver wants (default: all host features) */
     unsigned nregions;         /* guest RAM regions (default 1) */
+    bool adjacent;             /* regions without holes between them */
 } BlkFixOpts;
 
 void blkfix_init(BlkFix *f, const BlkFixOpts *o);
