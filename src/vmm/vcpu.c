@@ -1,0 +1,521 @@
+/*
+ * vblk: vCPUs: CPUID, MSRs, LAPIC and FPU setup, the 64-bit boot state, one
+ * thread per vCPU looping on KVM_RUN, exit dispatch, pause and stop.
+ */
+#include <asm/processor-flags.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vblk/boot.h"
+#include "vm-internal.h"
+
+/* Kicks a vCPU thread out of KVM_RUN; the handler only has to exist. */
+#define VCPU_KICK_SIGNAL SIGUSR1
+
+#define MSR_IA32_TSC            0x10
+#define MSR_IA32_SYSENTER_CS    0x174
+#define MSR_IA32_SYSENTER_ESP   0x175
+#define MSR_IA32_SYSENTER_EIP   0x176
+#define MSR_IA32_MISC_ENABLE    0x1a0
+#define MSR_MTRR_DEF_TYPE       0x2ff
+#define MSR_STAR                0xc0000081
+#define MSR_LSTAR               0xc0000082
+#define MSR_CSTAR               0xc0000083
+#define MSR_SYSCALL_MASK        0xc0000084
+#define MSR_KERNEL_GS_BASE      0xc0000102
+#define MISC_ENABLE_FAST_STRING 1
+/* MTRRs enabled (bit 11), default type write-back (6). */
+#define MTRR_DEF_TYPE_WB_ENABLED 0x806
+
+#define APIC_LVT0        0x350
+#define APIC_LVT1        0x360
+#define APIC_MODE_NMI    4
+#define APIC_MODE_EXTINT 7
+
+static bool vcpu_errno(GError **errp, unsigned id, const char *what)
+{
+    int err = errno;
+
+    g_set_error(errp, VMM_ERROR, err, "vCPU %u: %s: %s", id, what, g_strerror(err));
+    return false;
+}
+
+static void vcpu_patch_cpuid(Vm *vm, struct kvm_cpuid2 *c, unsigned id)
+{
+    for (unsigned i = 0; i < c->nent; i++) {
+        struct kvm_cpuid_entry2 *e = &c->entries[i];
+
+        switch (e->function) {
+        case 1:
+            e->ebx = (e->ebx & 0x0000ffff) | (id << 24);
+            if (vm->cfg.ncpus > 1) {
+                e->ebx |= (MIN(vm->cfg.ncpus, 255u)) << 16;
+                e->edx |= 1u << 28; /* HTT: the logical count in EBX is valid */
+            }
+            e->ecx |= 1u << 31; /* running under a hypervisor */
+            if (vm->tsc_deadline) {
+                e->ecx |= 1u << 24;
+            }
+            break;
+        case 0xa:
+            /* Only architectural PMU version 2 is described faithfully by KVM. */
+            if ((e->eax & 0xff) != 2) {
+                e->eax = 0;
+            }
+            break;
+        case 0xb:
+        case 0x1f:
+            e->edx = id; /* x2APIC ID */
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static bool vcpu_set_cpuid(Vcpu *vcpu, GError **errp)
+{
+    struct kvm_cpuid2 *src = vcpu->vm->supported_cpuid;
+    size_t size = sizeof(*src) + src->nent * sizeof(struct kvm_cpuid_entry2);
+    struct kvm_cpuid2 *c = g_memdup2(src, size);
+    bool ok = true;
+
+    vcpu_patch_cpuid(vcpu->vm, c, vcpu->id);
+    if (ioctl(vcpu->fd, KVM_SET_CPUID2, c) < 0) {
+        ok = vcpu_errno(errp, vcpu->id, "KVM_SET_CPUID2");
+    }
+    g_free(c);
+    return ok;
+}
+
+/* After KVM_SET_CPUID2: KVM validates MSRs against the CPUID it was given. */
+static bool vcpu_set_msrs(Vcpu *vcpu, GError **errp)
+{
+    static const struct {
+        uint32_t index;
+        uint64_t value;
+    } boot_msrs[] = {
+        {MSR_IA32_SYSENTER_CS, 0},
+        {MSR_IA32_SYSENTER_ESP, 0},
+        {MSR_IA32_SYSENTER_EIP, 0},
+        {MSR_STAR, 0},
+        {MSR_CSTAR, 0},
+        {MSR_KERNEL_GS_BASE, 0},
+        {MSR_SYSCALL_MASK, 0},
+        {MSR_LSTAR, 0},
+        {MSR_IA32_TSC, 0},
+        {MSR_IA32_MISC_ENABLE, MISC_ENABLE_FAST_STRING},
+        {MSR_MTRR_DEF_TYPE, MTRR_DEF_TYPE_WB_ENABLED},
+    };
+    size_t n = G_N_ELEMENTS(boot_msrs);
+    struct kvm_msrs *m = g_malloc0(sizeof(*m) + n * sizeof(struct kvm_msr_entry));
+    int ret;
+
+    m->nmsrs = n;
+    for (size_t i = 0; i < n; i++) {
+        m->entries[i].index = boot_msrs[i].index;
+        m->entries[i].data = boot_msrs[i].value;
+    }
+    ret = ioctl(vcpu->fd, KVM_SET_MSRS, m);
+    g_free(m);
+    if (ret < 0) {
+        return vcpu_errno(errp, vcpu->id, "KVM_SET_MSRS");
+    }
+    if ((size_t)ret != n) {
+        g_set_error(errp, VMM_ERROR, 0, "vCPU %u: KVM refused MSR 0x%x", vcpu->id,
+                    boot_msrs[ret].index);
+        return false;
+    }
+    return true;
+}
+
+static void lapic_set_mode(struct kvm_lapic_state *s, unsigned reg, uint32_t mode)
+{
+    uint32_t v;
+
+    memcpy(&v, &s->regs[reg], sizeof(v));
+    v = (v & ~0x700u) | (mode << 8);
+    memcpy(&s->regs[reg], &v, sizeof(v));
+}
+
+/* No BIOS sets LINT0/1, and without ExtINT on LINT0 the 8259 (PIT) never gets through. */
+static bool vcpu_set_lint(Vcpu *vcpu, GError **errp)
+{
+    struct kvm_lapic_state s;
+
+    if (ioctl(vcpu->fd, KVM_GET_LAPIC, &s) < 0) {
+        return vcpu_errno(errp, vcpu->id, "KVM_GET_LAPIC");
+    }
+    lapic_set_mode(&s, APIC_LVT0, APIC_MODE_EXTINT);
+    lapic_set_mode(&s, APIC_LVT1, APIC_MODE_NMI);
+    if (ioctl(vcpu->fd, KVM_SET_LAPIC, &s) < 0) {
+        return vcpu_errno(errp, vcpu->id, "KVM_SET_LAPIC");
+    }
+    return true;
+}
+
+static bool vcpu_set_fpu(Vcpu *vcpu, GError **errp)
+{
+    struct kvm_fpu fpu = {.fcw = 0x37f, .mxcsr = 0x1f80};
+
+    if (ioctl(vcpu->fd, KVM_SET_FPU, &fpu) < 0) {
+        return vcpu_errno(errp, vcpu->id, "KVM_SET_FPU");
+    }
+    return true;
+}
+
+static bool vcpu_init(Vm *vm, Vcpu *vcpu, unsigned id, int run_size, GError **errp)
+{
+    vcpu->vm = vm;
+    vcpu->id = id;
+    vcpu->fd = ioctl(vm->vm_fd, KVM_CREATE_VCPU, id);
+    if (vcpu->fd < 0) {
+        return vcpu_errno(errp, id, "KVM_CREATE_VCPU");
+    }
+    vcpu->run = mmap(NULL, run_size, PROT_READ | PROT_WRITE, MAP_SHARED, vcpu->fd, 0);
+    if (vcpu->run == MAP_FAILED) {
+        vcpu->run = NULL;
+        return vcpu_errno(errp, id, "mmap kvm_run");
+    }
+    vcpu->run_size = run_size;
+    return vcpu_set_cpuid(vcpu, errp) && vcpu_set_msrs(vcpu, errp) && vcpu_set_lint(vcpu, errp) &&
+           vcpu_set_fpu(vcpu, errp);
+}
+
+/* Context: main thread */
+bool vm_create_vcpus(Vm *vm, GError **errp)
+{
+    int run_size = ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
+
+    if (run_size <= 0) {
+        return vcpu_errno(errp, 0, "KVM_GET_VCPU_MMAP_SIZE");
+    }
+    vm->vcpus = g_new0(Vcpu, vm->cfg.ncpus);
+    for (unsigned i = 0; i < vm->cfg.ncpus; i++) {
+        vm->vcpus[i].fd = -1;
+    }
+    for (unsigned i = 0; i < vm->cfg.ncpus; i++) {
+        vm->nvcpus = i + 1;
+        if (!vcpu_init(vm, &vm->vcpus[i], i, run_size, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void vcpu_segment(struct kvm_segment *s, uint16_t sel, uint8_t type, bool code)
+{
+    *s = (struct kvm_segment){
+        .base = 0,
+        .limit = 0xffffffff,
+        .selector = sel,
+        .type = type,
+        .present = 1,
+        .s = 1,
+        .g = 1,
+        .l = code,  /* 64-bit code segment ... */
+        .db = !code /* ... which must not also be 32-bit */
+    };
+}
+
+/* Context: main thread */
+bool vm_setup_boot_cpu(Vm *vm, uint64_t entry, uint64_t zero_page, GError **errp)
+{
+    Vcpu *bsp = &vm->vcpus[0];
+    struct kvm_sregs sregs;
+    struct kvm_regs regs = {.rip = entry, .rsi = zero_page, .rflags = 2};
+
+    /* Start from KVM's reset state: a zeroed sregs has an unusable TR. */
+    if (ioctl(bsp->fd, KVM_GET_SREGS, &sregs) < 0) {
+        return vcpu_errno(errp, 0, "KVM_GET_SREGS");
+    }
+    vcpu_segment(&sregs.cs, BOOT_CS_SELECTOR, 11, true);
+    vcpu_segment(&sregs.ds, BOOT_DS_SELECTOR, 3, false);
+    sregs.es = sregs.fs = sregs.gs = sregs.ss = sregs.ds;
+    sregs.gdt.base = BOOT_GDT_ADDR;
+    sregs.gdt.limit = BOOT_GDT_ENTRIES * 8 - 1;
+    sregs.cr3 = BOOT_PML4_ADDR;
+    sregs.cr4 |= X86_CR4_PAE;
+    sregs.cr0 |= X86_CR0_PE | X86_CR0_PG | X86_CR0_ET;
+    sregs.efer |= 0x100 /* LME */ | 0x400 /* LMA */;
+    if (ioctl(bsp->fd, KVM_SET_SREGS, &sregs) < 0) {
+        return vcpu_errno(errp, 0, "KVM_SET_SREGS");
+    }
+    if (ioctl(bsp->fd, KVM_SET_REGS, &regs) < 0) {
+        return vcpu_errno(errp, 0, "KVM_SET_REGS");
+    }
+    return true;
+}
+
+static void vcpu_handle_io(Vcpu *vcpu)
+{
+    struct kvm_run *run = vcpu->run;
+    uint8_t *data = (uint8_t *)run + run->io.data_offset;
+    unsigned size = run->io.size;
+    Vm *vm = vcpu->vm;
+
+    atomic_fetch_add(&vm->exits_pio, 1);
+    vm_lock(vm);
+    for (uint32_t i = 0; i < run->io.count; i++, data += size) {
+        uint64_t val = 0;
+        bool handled;
+
+        if (run->io.direction == KVM_EXIT_IO_OUT) {
+            memcpy(&val, data, size);
+            handled = iobus_write(vm->pio, run->io.port, size, val);
+        } else {
+            handled = iobus_read(vm->pio, run->io.port, size, &val);
+            memcpy(data, &val, size);
+        }
+        if (!handled) {
+            atomic_fetch_add(&vm->unhandled_pio, 1);
+        }
+    }
+    vm_unlock(vm);
+}
+
+static void vcpu_handle_mmio(Vcpu *vcpu)
+{
+    struct kvm_run *run = vcpu->run;
+    unsigned len = run->mmio.len;
+    Vm *vm = vcpu->vm;
+    uint64_t val = 0;
+    bool handled;
+
+    atomic_fetch_add(&vm->exits_mmio, 1);
+    if (len == 0 || len > 8) {
+        atomic_fetch_add(&vm->unhandled_mmio, 1);
+        return;
+    }
+    vm_lock(vm);
+    if (run->mmio.is_write) {
+        memcpy(&val, run->mmio.data, len);
+        handled = iobus_write(vm->mmio, run->mmio.phys_addr, len, val);
+    } else {
+        handled = iobus_read(vm->mmio, run->mmio.phys_addr, len, &val);
+        memcpy(run->mmio.data, &val, len);
+    }
+    vm_unlock(vm);
+    if (!handled) {
+        atomic_fetch_add(&vm->unhandled_mmio, 1);
+    }
+}
+
+static void vcpu_report_error(Vcpu *vcpu, const char *what, uint64_t code)
+{
+    struct kvm_regs regs;
+    char *msg;
+
+    memset(&regs, 0, sizeof(regs));
+    ioctl(vcpu->fd, KVM_GET_REGS, &regs);
+    msg = g_strdup_printf("vCPU %u: %s (code 0x%llx) at rip 0x%llx", vcpu->id, what,
+                          (unsigned long long)code, (unsigned long long)regs.rip);
+    vm_request_exit(vcpu->vm, VM_EXIT_ERROR, msg);
+    g_free(msg);
+}
+
+/* Returns false when the vCPU must stop running. */
+static bool vcpu_handle_exit(Vcpu *vcpu)
+{
+    struct kvm_run *run = vcpu->run;
+
+    switch (run->exit_reason) {
+    case KVM_EXIT_IO:
+        vcpu_handle_io(vcpu);
+        return true;
+    case KVM_EXIT_MMIO:
+        vcpu_handle_mmio(vcpu);
+        return true;
+    case KVM_EXIT_HLT:
+    case KVM_EXIT_INTR:
+    case KVM_EXIT_IRQ_WINDOW_OPEN:
+        return true;
+    case KVM_EXIT_SHUTDOWN:
+        /* Triple fault: what a PC does on reset, and what reboot=t asks for. */
+        vm_request_exit(vcpu->vm, VM_EXIT_RESET, NULL);
+        return false;
+    case KVM_EXIT_SYSTEM_EVENT:
+        if (run->system_event.type == KVM_SYSTEM_EVENT_CRASH) {
+            vcpu_report_error(vcpu, "guest crash event", run->system_event.type);
+        } else {
+            vm_request_exit(vcpu->vm,
+                            run->system_event.type == KVM_SYSTEM_EVENT_SHUTDOWN ? VM_EXIT_POWEROFF
+                                                                                : VM_EXIT_RESET,
+                            NULL);
+        }
+        return false;
+    case KVM_EXIT_FAIL_ENTRY:
+        vcpu_report_error(vcpu, "KVM_EXIT_FAIL_ENTRY: hardware refused the vCPU state",
+                          run->fail_entry.hardware_entry_failure_reason);
+        return false;
+    case KVM_EXIT_INTERNAL_ERROR:
+        vcpu_report_error(vcpu, "KVM_EXIT_INTERNAL_ERROR (suberror 1 = emulation failure)",
+                          run->internal.suberror);
+        return false;
+    default:
+        vcpu_report_error(vcpu, "unexpected KVM exit reason", run->exit_reason);
+        return false;
+    }
+}
+
+/* Blocks while a pause is requested; returns false when the VM is stopping. */
+static bool vcpu_wait_runnable(Vm *vm)
+{
+    if (!atomic_load(&vm->pause_req) && !atomic_load(&vm->stop)) {
+        return true;
+    }
+    pthread_mutex_lock(&vm->run_lock);
+    vm->paused_count++;
+    pthread_cond_broadcast(&vm->run_cond);
+    while (atomic_load(&vm->pause_req) && !atomic_load(&vm->stop)) {
+        pthread_cond_wait(&vm->run_cond, &vm->run_lock);
+    }
+    vm->paused_count--;
+    pthread_mutex_unlock(&vm->run_lock);
+    return !atomic_load(&vm->stop);
+}
+
+static void *vcpu_thread(void *arg)
+{
+    Vcpu *vcpu = arg;
+    Vm *vm = vcpu->vm;
+    sigset_t set;
+    char name[16];
+
+    snprintf(name, sizeof(name), "vcpu%u", vcpu->id);
+    pthread_setname_np(pthread_self(), name);
+    sigemptyset(&set);
+    sigaddset(&set, VCPU_KICK_SIGNAL);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+
+    while (vcpu_wait_runnable(vm)) {
+        if (ioctl(vcpu->fd, KVM_RUN, 0) < 0) {
+            if (errno == EINTR || errno == EAGAIN) {
+                /* Kicked: clear the flag, then re-check stop/pause at the loop top. */
+                atomic_store((_Atomic uint8_t *)&vcpu->run->immediate_exit, 0);
+                continue;
+            }
+            vcpu_report_error(vcpu, "KVM_RUN failed", errno);
+            break;
+        }
+        if (!vcpu_handle_exit(vcpu)) {
+            break;
+        }
+    }
+    /* A vCPU that has left the loop counts as paused for vm_pause(). */
+    pthread_mutex_lock(&vm->run_lock);
+    vm->exited_count++;
+    pthread_cond_broadcast(&vm->run_cond);
+    pthread_mutex_unlock(&vm->run_lock);
+    return NULL;
+}
+
+static void vcpu_kick_handler(int sig)
+{
+}
+
+static void vcpu_kick(Vcpu *vcpu)
+{
+    if (!vcpu->thread_started) {
+        return;
+    }
+    atomic_store((_Atomic uint8_t *)&vcpu->run->immediate_exit, 1);
+    pthread_kill(vcpu->thread, VCPU_KICK_SIGNAL);
+}
+
+/* Context: main thread */
+bool vm_start(Vm *vm, bool paused, GError **errp)
+{
+    struct sigaction sa = {.sa_handler = vcpu_kick_handler};
+    sigset_t set, old;
+
+    sigemptyset(&sa.sa_mask);
+    sigaction(VCPU_KICK_SIGNAL, &sa, NULL);
+    atomic_store(&vm->pause_req, paused);
+    /* Only vCPU threads take the kick signal; they unblock it themselves. */
+    sigemptyset(&set);
+    sigaddset(&set, VCPU_KICK_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        Vcpu *vcpu = &vm->vcpus[i];
+        int err = pthread_create(&vcpu->thread, NULL, vcpu_thread, vcpu);
+        if (err) {
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            errno = err;
+            return vcpu_errno(errp, i, "pthread_create");
+        }
+        vcpu->thread_started = true;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return true;
+}
+
+/* Context: main thread */
+void vm_pause(Vm *vm)
+{
+    unsigned running = 0;
+
+    atomic_store(&vm->pause_req, true);
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        running += vm->vcpus[i].thread_started;
+        vcpu_kick(&vm->vcpus[i]);
+    }
+    pthread_mutex_lock(&vm->run_lock);
+    while (vm->paused_count + vm->exited_count < running && !atomic_load(&vm->stop)) {
+        pthread_cond_wait(&vm->run_cond, &vm->run_lock);
+    }
+    pthread_mutex_unlock(&vm->run_lock);
+}
+
+/* Context: main thread */
+void vm_resume(Vm *vm)
+{
+    pthread_mutex_lock(&vm->run_lock);
+    atomic_store(&vm->pause_req, false);
+    pthread_cond_broadcast(&vm->run_cond);
+    pthread_mutex_unlock(&vm->run_lock);
+}
+
+/* Context: main thread */
+bool vm_is_running(Vm *vm)
+{
+    return !atomic_load(&vm->pause_req) && !atomic_load(&vm->stop);
+}
+
+void vcpu_stop_all(Vm *vm)
+{
+    pthread_mutex_lock(&vm->run_lock);
+    atomic_store(&vm->stop, true);
+    pthread_cond_broadcast(&vm->run_cond);
+    pthread_mutex_unlock(&vm->run_lock);
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        vcpu_kick(&vm->vcpus[i]);
+    }
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        if (vm->vcpus[i].thread_started) {
+            pthread_join(vm->vcpus[i].thread, NULL);
+            vm->vcpus[i].thread_started = false;
+        }
+    }
+}
+
+void vcpu_destroy_all(Vm *vm)
+{
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        Vcpu *vcpu = &vm->vcpus[i];
+        if (vcpu->run) {
+            munmap(vcpu->run, vcpu->run_size);
+        }
+        if (vcpu->fd >= 0) {
+            close(vcpu->fd);
+        }
+    }
+    g_free(vm->vcpus);
+    vm->vcpus = NULL;
+    vm->nvcpus = 0;
+}
