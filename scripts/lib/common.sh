@@ -64,7 +64,7 @@ kernel_fetch() {
     fi
     KPKGID=${pkg}_${ver}
     dir=$VBLK_CACHE/kernel/$KPKGID
-    if [ ! -f "$dir/.done" ]; then
+    if [ ! -f "$dir/.done2" ]; then
         vlog "downloading $pkg $ver (apt-get download, not installed)"
         rm -rf "$dir"; mkdir -p "$dir"
         tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
@@ -80,9 +80,12 @@ kernel_fetch() {
             './lib/modules/*/kernel/arch/x86/kvm/*' \
             './lib/modules/*/kernel/virt/lib/irqbypass.ko' \
             './lib/modules/*/kernel/drivers/crypto/ccp/ccp.ko' \
+            './lib/modules/*/kernel/fs/ext4/ext4.ko' './lib/modules/*/kernel/fs/jbd2/jbd2.ko' \
+            './lib/modules/*/kernel/fs/mbcache.ko' './lib/modules/*/kernel/lib/crc16.ko' \
+            './lib/modules/*/kernel/crypto/crc32c_generic.ko' \
             || { rm -rf "$tmp"; vdie "unpacking $deb failed"; }
         rm -rf "$tmp"
-        touch "$dir/.done"
+        touch "$dir/.done2"
     fi
     KDIR=$dir
     KVMLINUZ=$(ls "$dir"/boot/vmlinuz-* | head -1)

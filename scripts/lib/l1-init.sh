@@ -23,19 +23,35 @@ for m in $(cat /etc/vblk-l1/modules); do
 done
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+export VBLK_DISK=/dev/vda
+for w in $(cat /proc/cmdline); do
+    case $w in
+        vblk.l1fs=ext4)
+            for m in $(cat /etc/vblk-l1/fs-modules); do insmod /lib/modules/l1/$m.ko 2>/dev/null; done
+            mkdir -p /mnt/disk
+            if mount -t ext4 /dev/vda /mnt/disk; then
+                sz=$(sed -n 's/.*vblk.l1disk=\([0-9]*\).*/\1/p' /proc/cmdline)
+                [ -f /mnt/disk/disk.img ] || truncate -s "${sz:-2147483648}" /mnt/disk/disk.img
+                export VBLK_DISK=/mnt/disk/disk.img VBLK_DISK_DEV=/dev/vda
+            else
+                echo "VBLK-L1-WARN mounting /dev/vda as ext4 failed"
+            fi
+            ;;
+    esac
+done
 [ -c /dev/kvm ] && kvm=ok || kvm=missing
 [ -b /dev/vda ] && disk=ok || disk=missing
 read -r up _ </proc/uptime
-echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk"
+echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk vblk_disk=$VBLK_DISK"
 
 export HOME=/root VBLK_MODE=nested VBLK_WORK=/vblk VBLK_FILES=/files
-export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd VBLK_DISK=/dev/vda
+export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd
 [ -f /etc/vblk-l1/l2-append ] && export VBLK_L2_APPEND="$(cat /etc/vblk-l1/l2-append)"
 if [ -x /bin/vblk ]; then export VBLK_BIN=/bin/vblk; else export VBLK_BIN=; fi
 if [ -x /usr/bin/qemu-system-x86_64 ]; then export VBLK_QEMU=/usr/bin/qemu-system-x86_64; else export VBLK_QEMU=; fi
 mkdir -p /root /files /vblk
 cd /vblk
-ln -sf /l2/bzImage bzImage; ln -sf /l2/initrd initrd; ln -sf /dev/vda disk
+ln -sf /l2/bzImage bzImage; ln -sf /l2/initrd initrd; ln -sf "$VBLK_DISK" disk
 [ -x /bin/vblk ] && ln -sf /bin/vblk vblk
 [ -e files ] || ln -sf /files files
 
@@ -44,6 +60,7 @@ sh /vblk/cmd.sh </dev/null 2>&1
 rc=$?
 echo "===VBLK-L1-CMD-END=== rc=$rc"
 sync
+mountpoint -q /mnt/disk 2>/dev/null && umount /mnt/disk
 poweroff -f
 sleep 5
 echo o > /proc/sysrq-trigger
