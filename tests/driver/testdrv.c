@@ -234,8 +234,14 @@ TestVq *testvq_new(TestDrv *d, unsigned num, uint64_t features)
     vq->chain_n = g_new0(unsigned, num);
     vq->ind_gpa = g_new0(uint64_t, num);
     vq->ind_cap = g_new0(unsigned, num);
+    /*
+     * Indirect tables for up to 16 entries are placed now, so that
+     * testdrv_alloc_reset() by the test never recycles them.
+     */
     for (unsigned i = 0; i < num; i++) {
         vq->link[i] = i + 1;
+        vq->ind_cap[i] = MIN(num, 16u);
+        vq->ind_gpa[i] = testdrv_alloc(d, 16ull * vq->ind_cap[i], 16);
     }
     vq->num_free = num;
     vq->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -368,7 +374,7 @@ int testvq_add_indirect(TestVq *vq, const TestBuf *bufs, unsigned n)
         return -1;
     }
     if (vq->ind_cap[head] < n) {
-        vq->ind_cap[head] = MAX(n, 16u);
+        vq->ind_cap[head] = n;
         vq->ind_gpa[head] = testdrv_alloc(vq->d, 16ull * vq->ind_cap[head], 16);
     }
     for (unsigned k = 0; k < n; k++) {

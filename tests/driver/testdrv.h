@@ -110,7 +110,11 @@ unsigned testvq_free_descs(TestVq *vq);
  * visible to the device: call testvq_publish().
  */
 int testvq_add_chain(TestVq *vq, const TestBuf *bufs, unsigned n);
-/* Same, through one indirect table of @n entries allocated in guest RAM. */
+/*
+ * Same, through one indirect table of @n entries in guest RAM. Each head owns
+ * a table placed at testvq_new() for up to 16 entries; a longer chain grows
+ * it with testdrv_alloc() (do that before taking an alloc mark you rewind to).
+ */
 int testvq_add_indirect(TestVq *vq, const TestBuf *bufs, unsigned n);
 
 /* Raw access for broken chains: the driver's free list is not touched. */
