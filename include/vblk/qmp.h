@@ -1,0 +1,209 @@
+/*
+ * QMP server library: QEMU-compatible monitor protocol on a GMainContext.
+ *
+ * Threading rule (see docs/qmp.md): everything here runs on the thread that
+ * iterates the GMainContext given to qmp_init() ("the monitor thread", the
+ * VMM's main thread), except qmp_event_emit() and qmp_reply_deferred(), which
+ * may be called from any thread.
+ */
+#ifndef VBLK_QMP_H
+#define VBLK_QMP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* QEMU's error classes; the enum value is the GError code in QMP_ERROR. */
+typedef enum {
+    QMP_ERROR_GENERIC = 0,       /* "GenericError" */
+    QMP_ERROR_COMMAND_NOT_FOUND, /* "CommandNotFound" */
+    QMP_ERROR_DEVICE_NOT_ACTIVE, /* "DeviceNotActive" */
+    QMP_ERROR_DEVICE_NOT_FOUND,  /* "DeviceNotFound" */
+    QMP_ERROR_KVM_MISSING_CAP,   /* "KVMMissingCap" */
+} QmpErrorClass;
+
+#define QMP_ERROR (qmp_error_quark())
+GQuark qmp_error_quark(void);
+/* Wire name of an error class; GErrors of other domains go out as GenericError. */
+const char *qmp_error_class_name(QmpErrorClass cls);
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+/*
+ * Set up the dispatcher, the generic commands and the QOM root on @ctx
+ * (NULL: the global default context).  Idempotent pairs with qmp_cleanup().
+ */
+void qmp_init(GMainContext *ctx);
+/* Close every monitor and forget every command, object and hook. */
+void qmp_cleanup(void);
+/* Write out pending replies/events, blocking up to @timeout_ms (e.g. before exit). */
+void qmp_flush(int timeout_ms);
+
+/* ---- monitors (transports) --------------------------------------------- */
+
+typedef enum {
+    QMP_CHR_UNIX,
+    QMP_CHR_TCP,
+    QMP_CHR_STDIO,
+} QmpChardevKind;
+
+typedef struct QmpChardevOpts {
+    char *id; /* -chardev id=; NULL for -qmp */
+    QmpChardevKind kind;
+    char *path; /* unix */
+    char *host; /* tcp */
+    char *port; /* tcp */
+    bool server;
+    bool wait; /* block in qmp_monitor_open() until the first client connects */
+} QmpChardevOpts;
+
+typedef struct QmpMonitor QmpMonitor;
+
+/* Option-string parsers: the raw value after -qmp / -chardev / -mon. */
+bool qmp_parse_qmp_arg(const char *value, QmpChardevOpts *out, GError **errp);
+bool qmp_parse_chardev_arg(const char *value, QmpChardevOpts *out, GError **errp);
+void qmp_chardev_opts_clear(QmpChardevOpts *opts);
+
+/* -qmp VALUE: parse and open a monitor now. */
+QmpMonitor *qmp_monitor_add_qmp(const char *value, GError **errp);
+/* -chardev VALUE: remember a chardev definition for a later -mon. */
+bool qmp_chardev_add(const char *value, GError **errp);
+/* -mon chardev=X,mode=control: open a monitor on a defined chardev. */
+QmpMonitor *qmp_monitor_add_mon(const char *value, GError **errp);
+QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp);
+void qmp_monitor_close(QmpMonitor *mon);
+/* Bound TCP port (useful with port 0), or -1. */
+int qmp_monitor_get_port(QmpMonitor *mon);
+/* Number of connected clients (tests, diagnostics). */
+unsigned qmp_monitor_client_count(QmpMonitor *mon);
+
+/* ---- commands ---------------------------------------------------------- */
+
+typedef enum {
+    QMP_ARG_STR,
+    QMP_ARG_INT,  /* JSON integer (no fraction/exponent) */
+    QMP_ARG_UINT, /* JSON integer >= 0 */
+    QMP_ARG_BOOL,
+    QMP_ARG_NUMBER, /* integer or float */
+    QMP_ARG_OBJECT,
+    QMP_ARG_ARRAY,
+    QMP_ARG_ANY,
+    QMP_ARG_STR_OR_NULL,
+} QmpArgType;
+
+typedef struct QmpArgSpec {
+    const char *name; /* NULL terminates the array */
+    QmpArgType type;
+    bool optional;
+} QmpArgSpec;
+
+typedef enum {
+    QMP_CMD_FLAGS_NONE = 0,
+    QMP_CMD_ALLOW_OOB = 1 << 0,  /* may be sent with "exec-oob" (run in order anyway) */
+    QMP_CMD_EXTRA_ARGS = 1 << 1, /* do not reject undeclared arguments */
+} QmpCommandFlags;
+
+typedef struct QmpRequest QmpRequest;   /* one command being executed */
+typedef struct QmpDeferred QmpDeferred; /* token for a reply that comes later */
+
+/*
+ * A command handler.  @args holds only declared (type-checked) arguments and
+ * is never NULL.  Return the result (ownership passes to the caller; NULL
+ * means "{}"), or NULL with @errp set (QMP_ERROR domain for a specific
+ * class), or call qmp_request_defer() and return NULL.
+ */
+typedef JsonNode *(*QmpCommandFunc)(QmpRequest *req, JsonObject *args, GError **errp);
+
+/* Copies @name and @args; false if @name is already registered. */
+bool qmp_register_command(const char *name, QmpCommandFunc fn, const QmpArgSpec *args,
+                          QmpCommandFlags flags, void *opaque);
+bool qmp_unregister_command(const char *name);
+bool qmp_command_exists(const char *name);
+
+void *qmp_request_get_opaque(QmpRequest *req);
+const char *qmp_request_get_name(QmpRequest *req);
+/*
+ * Detach the reply from the handler.  The client's later commands wait (in
+ * order, as in QEMU) until qmp_reply_deferred() is called on the token;
+ * other clients are unaffected.  Events still flow.
+ */
+QmpDeferred *qmp_request_defer(QmpRequest *req);
+/*
+ * Complete a deferred command with @result (may be NULL = "{}") or @error
+ * (takes ownership of both).  Any thread; the reply is written by the
+ * monitor thread.  Must be called exactly once per token.
+ */
+void qmp_reply_deferred(QmpDeferred *token, JsonNode *result, GError *error);
+
+/* ---- events ------------------------------------------------------------ */
+
+/*
+ * Broadcast {"timestamp": ..., "event": @name, "data": @data} to every
+ * negotiated client.  @data (an object node or NULL) is consumed.  Any
+ * thread; from the monitor thread it is queued before the current reply.
+ */
+void qmp_event_emit(const char *name, JsonNode *data);
+
+/* ---- run state and machine hooks --------------------------------------- */
+
+typedef enum {
+    QMP_RUN_STATE_PRELAUNCH,
+    QMP_RUN_STATE_RUNNING,
+    QMP_RUN_STATE_PAUSED,
+    QMP_RUN_STATE_IO_ERROR,
+    QMP_RUN_STATE_INTERNAL_ERROR,
+    QMP_RUN_STATE_SHUTDOWN,
+    QMP_RUN_STATE_SUSPENDED,
+    QMP_RUN_STATE_GUEST_PANICKED,
+    QMP_RUN_STATE__MAX,
+} QmpRunState;
+
+/* Callbacks the VMM provides; any may be NULL (then only state and events change). */
+typedef struct QmpMachineHooks {
+    bool (*stop)(void *opaque, GError **errp);      /* pause vCPUs and devices */
+    bool (*cont)(void *opaque, GError **errp);      /* resume (resubmit parked I/O) */
+    bool (*powerdown)(void *opaque, GError **errp); /* ACPI power button */
+    bool (*reset)(void *opaque, GError **errp);     /* system reset */
+    void (*quit)(void *opaque);                     /* runs after the reply is flushed */
+    void *opaque;
+} QmpMachineHooks;
+
+void qmp_machine_set_hooks(const QmpMachineHooks *hooks);
+const char *qmp_run_state_name(QmpRunState state);
+QmpRunState qmp_run_state_get(void);
+/* Plain state change (no hook, no event), e.g. prelaunch -> running at start. */
+void qmp_run_state_set(QmpRunState state);
+/* Stop the VM as "stop" does, ending in @state (paused, io-error, ...); STOP event. */
+bool qmp_vm_stop(QmpRunState state, GError **errp);
+/* Resume as "cont" does; RESUME event. */
+bool qmp_vm_start(GError **errp);
+/* Events with QEMU's data shape, for guest-initiated transitions. */
+void qmp_emit_shutdown(bool guest, const char *reason);
+void qmp_emit_reset(bool guest, const char *reason);
+
+/* ---- QOM property registry --------------------------------------------- */
+
+/* @value is owned by the caller. @req is NULL when not called from qom-set. */
+typedef JsonNode *(*QomGetter)(const char *path, const char *name, void *opaque, GError **errp);
+typedef bool (*QomSetter)(const char *path, const char *name, JsonNode *value, QmpRequest *req,
+                          void *opaque, GError **errp);
+
+/*
+ * Create @path (absolute, e.g. "/machine/peripheral/disk0") with QOM type
+ * @type_name; missing parents become "container" objects.
+ */
+bool qom_add_object(const char *path, const char *type_name, GError **errp);
+/* Remove @path and its children. */
+bool qom_del_object(const char *path);
+/*
+ * @type is QOM's type string ("bool", "int", "uint64", "string", ...); for
+ * bool/int/uint*\/string qom-set checks the value's JSON type generically.
+ * A NULL @get or @set makes the property write-only / read-only.
+ */
+bool qom_add_property(const char *path, const char *name, const char *type, QomGetter get,
+                      QomSetter set, void *opaque, GError **errp);
+
+#endif /* VBLK_QMP_H */

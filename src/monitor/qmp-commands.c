@@ -1,0 +1,354 @@
+/*
+ * Generic QMP commands: negotiation, introspection, and the run-state
+ * commands whose machine-specific work the VMM supplies as hooks.  State
+ * transitions and event order follow QEMU 7.2 (e.g. a second "stop" is a
+ * silent success, "cont" after shutdown needs a reset).
+ */
+#include <string.h>
+#include "qmp-internal.h"
+
+static QmpMachineHooks qmp_hooks;
+static QmpRunState qmp_state = QMP_RUN_STATE_PRELAUNCH;
+
+static JsonNode *empty_object(void)
+{
+    return json_node_init_object(json_node_alloc(), json_object_new());
+}
+
+/* ---- negotiation and introspection ------------------------------------ */
+
+static bool caps_check(QmpClient *c, JsonArray *enable, bool *oob, GError **errp)
+{
+    for (guint i = 0; enable && i < json_array_get_length(enable); i++) {
+        JsonNode *v = json_array_get_element(enable, i);
+        g_autofree char *name = g_strdup_printf("enable[%u]", i);
+
+        if (!qmp_check_arg_type(name, v, QMP_ARG_STR, errp)) {
+            return false;
+        }
+        if (strcmp(json_node_get_string(v), "oob")) {
+            /* QEMU 7.2's visitor really names the list element 'null' here. */
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                        "Parameter 'null' does not accept value '%s'", json_node_get_string(v));
+            return false;
+        }
+        if (!qmp_client_oob_offered(c)) {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Capability 'oob' not available");
+            return false;
+        }
+        *oob = true;
+    }
+    return true;
+}
+
+static JsonNode *cmd_qmp_capabilities(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    QmpClient *c = qmp_request_client(req);
+    JsonArray *enable = json_object_has_member(args, "enable")
+                            ? json_object_get_array_member(args, "enable")
+                            : NULL;
+    bool oob = false;
+
+    if (qmp_client_negotiated(c)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_COMMAND_NOT_FOUND,
+                    "Capabilities negotiation is already complete, command ignored");
+        return NULL;
+    }
+    if (!caps_check(c, enable, &oob, errp)) {
+        return NULL;
+    }
+    qmp_client_set_negotiated(c, oob);
+    return NULL;
+}
+
+static JsonNode *cmd_query_version(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    return qmp_version_node();
+}
+
+static JsonNode *cmd_query_commands(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    GPtrArray *cmds = qmp_command_list();
+    JsonArray *arr = json_array_new();
+    JsonNode *n;
+
+    for (guint i = 0; i < cmds->len; i++) {
+        QmpCommand *cmd = cmds->pdata[i];
+        JsonObject *o = json_object_new();
+        json_object_set_string_member(o, "name", cmd->name);
+        json_array_add_object_element(arr, o);
+    }
+    n = json_node_init_array(json_node_alloc(), arr);
+    json_array_unref(arr);
+    return n;
+}
+
+static const char *schema_type(QmpArgType t)
+{
+    static const char *const names[] = {
+        [QMP_ARG_STR] = "str",     [QMP_ARG_INT] = "int",       [QMP_ARG_UINT] = "int",
+        [QMP_ARG_BOOL] = "bool",   [QMP_ARG_NUMBER] = "number", [QMP_ARG_OBJECT] = "any",
+        [QMP_ARG_ARRAY] = "[any]", [QMP_ARG_ANY] = "any",       [QMP_ARG_STR_OR_NULL] = "any",
+    };
+    return (unsigned)t < G_N_ELEMENTS(names) ? names[t] : "any";
+}
+
+static void schema_add_builtins(JsonArray *arr)
+{
+    static const char *const builtin[][2] = {
+        {"str", "string"},    {"int", "int"},   {"bool", "boolean"},
+        {"number", "number"}, {"any", "value"},
+    };
+    JsonObject *o;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(builtin); i++) {
+        o = json_object_new();
+        json_object_set_string_member(o, "name", builtin[i][0]);
+        json_object_set_string_member(o, "meta-type", "builtin");
+        json_object_set_string_member(o, "json-type", builtin[i][1]);
+        json_array_add_object_element(arr, o);
+    }
+    o = json_object_new();
+    json_object_set_string_member(o, "name", "[any]");
+    json_object_set_string_member(o, "meta-type", "array");
+    json_object_set_string_member(o, "element-type", "any");
+    json_array_add_object_element(arr, o);
+}
+
+static void schema_add_command(JsonArray *arr, QmpCommand *cmd, guint idx)
+{
+    g_autofree char *arg_type = g_strdup_printf("%u", idx);
+    JsonObject *c = json_object_new(), *t = json_object_new();
+    JsonArray *members = json_array_new();
+
+    json_object_set_string_member(c, "name", cmd->name);
+    json_object_set_string_member(c, "meta-type", "command");
+    json_object_set_string_member(c, "arg-type", arg_type);
+    json_object_set_string_member(c, "ret-type", "any");
+    if (cmd->flags & QMP_CMD_ALLOW_OOB) {
+        json_object_set_boolean_member(c, "allow-oob", true);
+    }
+    json_array_add_object_element(arr, c);
+    for (QmpArgSpec *a = cmd->args; a->name; a++) {
+        JsonObject *m = json_object_new();
+        json_object_set_string_member(m, "name", a->name);
+        json_object_set_string_member(m, "type", schema_type(a->type));
+        if (a->optional) {
+            json_object_set_null_member(m, "default");
+        }
+        json_array_add_object_element(members, m);
+    }
+    json_object_set_string_member(t, "name", arg_type);
+    json_object_set_string_member(t, "meta-type", "object");
+    json_object_set_array_member(t, "members", members);
+    json_array_add_object_element(arr, t);
+}
+
+/* A reduced SchemaInfo list: commands and their argument objects, no events. */
+static JsonNode *cmd_query_qmp_schema(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    GPtrArray *cmds = qmp_command_list();
+    JsonArray *arr = json_array_new();
+    JsonNode *n;
+
+    for (guint i = 0; i < cmds->len; i++) {
+        schema_add_command(arr, cmds->pdata[i], i);
+    }
+    schema_add_builtins(arr);
+    n = json_node_init_array(json_node_alloc(), arr);
+    json_array_unref(arr);
+    return n;
+}
+
+/* ---- run state -------------------------------------------------------- */
+
+/* Context: any thread */
+const char *qmp_run_state_name(QmpRunState state)
+{
+    static const char *const names[QMP_RUN_STATE__MAX] = {
+        [QMP_RUN_STATE_PRELAUNCH] = "prelaunch",
+        [QMP_RUN_STATE_RUNNING] = "running",
+        [QMP_RUN_STATE_PAUSED] = "paused",
+        [QMP_RUN_STATE_IO_ERROR] = "io-error",
+        [QMP_RUN_STATE_INTERNAL_ERROR] = "internal-error",
+        [QMP_RUN_STATE_SHUTDOWN] = "shutdown",
+        [QMP_RUN_STATE_SUSPENDED] = "suspended",
+        [QMP_RUN_STATE_GUEST_PANICKED] = "guest-panicked",
+    };
+    return (unsigned)state < QMP_RUN_STATE__MAX ? names[state] : "internal-error";
+}
+
+/* Context: monitor thread */
+QmpRunState qmp_run_state_get(void)
+{
+    return qmp_state;
+}
+
+/* Context: monitor thread */
+void qmp_run_state_set(QmpRunState state)
+{
+    qmp_state = state;
+}
+
+/* Context: monitor thread */
+void qmp_machine_set_hooks(const QmpMachineHooks *hooks)
+{
+    if (hooks) {
+        qmp_hooks = *hooks;
+    } else {
+        memset(&qmp_hooks, 0, sizeof(qmp_hooks));
+    }
+}
+
+/* Context: monitor thread */
+bool qmp_vm_stop(QmpRunState state, GError **errp)
+{
+    if (qmp_state != QMP_RUN_STATE_RUNNING) {
+        return true; /* as QEMU's do_vm_stop(): nothing to stop, no event */
+    }
+    if (qmp_hooks.stop && !qmp_hooks.stop(qmp_hooks.opaque, errp)) {
+        return false;
+    }
+    qmp_state = state;
+    qmp_event_emit("STOP", NULL);
+    return true;
+}
+
+/* Context: monitor thread */
+bool qmp_vm_start(GError **errp)
+{
+    if (qmp_state == QMP_RUN_STATE_SHUTDOWN || qmp_state == QMP_RUN_STATE_INTERNAL_ERROR ||
+        qmp_state == QMP_RUN_STATE_GUEST_PANICKED) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Resetting the Virtual Machine is required");
+        return false;
+    }
+    if (qmp_state == QMP_RUN_STATE_RUNNING) {
+        return true;
+    }
+    if (qmp_hooks.cont && !qmp_hooks.cont(qmp_hooks.opaque, errp)) {
+        return false;
+    }
+    qmp_state = QMP_RUN_STATE_RUNNING;
+    qmp_event_emit("RESUME", NULL);
+    return true;
+}
+
+static JsonNode *guest_reason_data(bool guest, const char *reason)
+{
+    JsonObject *o = json_object_new();
+    JsonNode *n;
+
+    json_object_set_boolean_member(o, "guest", guest);
+    json_object_set_string_member(o, "reason", reason);
+    n = json_node_init_object(json_node_alloc(), o);
+    json_object_unref(o);
+    return n;
+}
+
+/* Context: monitor thread */
+void qmp_emit_shutdown(bool guest, const char *reason)
+{
+    qmp_event_emit("SHUTDOWN", guest_reason_data(guest, reason));
+}
+
+/* Context: monitor thread */
+void qmp_emit_reset(bool guest, const char *reason)
+{
+    qmp_event_emit("RESET", guest_reason_data(guest, reason));
+}
+
+static JsonNode *cmd_query_status(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    JsonObject *o = json_object_new();
+    JsonNode *n;
+
+    json_object_set_string_member(o, "status", qmp_run_state_name(qmp_state));
+    json_object_set_boolean_member(o, "singlestep", false);
+    json_object_set_boolean_member(o, "running", qmp_state == QMP_RUN_STATE_RUNNING);
+    n = json_node_init_object(json_node_alloc(), o);
+    json_object_unref(o);
+    return n;
+}
+
+static JsonNode *cmd_stop(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    return qmp_vm_stop(QMP_RUN_STATE_PAUSED, errp) ? empty_object() : NULL;
+}
+
+static JsonNode *cmd_cont(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    return qmp_vm_start(errp) ? empty_object() : NULL;
+}
+
+static JsonNode *cmd_system_powerdown(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    qmp_event_emit("POWERDOWN", NULL);
+    if (qmp_hooks.powerdown && !qmp_hooks.powerdown(qmp_hooks.opaque, errp)) {
+        return NULL;
+    }
+    return empty_object();
+}
+
+static JsonNode *cmd_system_reset(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    if (qmp_hooks.reset && !qmp_hooks.reset(qmp_hooks.opaque, errp)) {
+        return NULL;
+    }
+    qmp_emit_reset(false, "host-qmp-system-reset");
+    if (qmp_state != QMP_RUN_STATE_RUNNING) {
+        qmp_state = QMP_RUN_STATE_PRELAUNCH; /* as QEMU's main loop after a reset */
+    }
+    return empty_object();
+}
+
+static gboolean quit_cb(gpointer opaque)
+{
+    /* Give the reply a chance to reach the client before the process goes. */
+    qmp_flush(1000);
+    if (qmp_hooks.quit) {
+        qmp_hooks.quit(qmp_hooks.opaque);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+static JsonNode *cmd_quit(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    GSource *src = g_idle_source_new();
+
+    qmp_state = QMP_RUN_STATE_SHUTDOWN;
+    qmp_emit_shutdown(false, "host-qmp-quit");
+    g_source_set_callback(src, quit_cb, NULL, NULL);
+    g_source_attach(src, qmp_context());
+    g_source_unref(src);
+    return empty_object();
+}
+
+/* ---- registration ------------------------------------------------------ */
+
+/* Context: monitor thread */
+void qmp_commands_register(void)
+{
+    static const QmpArgSpec caps_args[] = {
+        {"enable", QMP_ARG_ARRAY, true},
+        {NULL},
+    };
+
+    qmp_register_command("qmp_capabilities", cmd_qmp_capabilities, caps_args, 0, NULL);
+    qmp_register_command("query-version", cmd_query_version, NULL, 0, NULL);
+    qmp_register_command("query-commands", cmd_query_commands, NULL, 0, NULL);
+    qmp_register_command("query-qmp-schema", cmd_query_qmp_schema, NULL, 0, NULL);
+    qmp_register_command("query-status", cmd_query_status, NULL, 0, NULL);
+    qmp_register_command("stop", cmd_stop, NULL, 0, NULL);
+    qmp_register_command("cont", cmd_cont, NULL, 0, NULL);
+    qmp_register_command("system_powerdown", cmd_system_powerdown, NULL, 0, NULL);
+    qmp_register_command("system_reset", cmd_system_reset, NULL, 0, NULL);
+    qmp_register_command("quit", cmd_quit, NULL, 0, NULL);
+}
+
+/* Context: monitor thread */
+void qmp_commands_cleanup(void)
+{
+    memset(&qmp_hooks, 0, sizeof(qmp_hooks));
+    qmp_state = QMP_RUN_STATE_PRELAUNCH;
+}
