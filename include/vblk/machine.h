@@ -1,0 +1,38 @@
+/*
+ * vblk: the machine: a Vm plus its devices (COM1, legacy ports, PCI bus,
+ * MP table) booted from the parsed command line.
+ *
+ * Device models plug in by driver name: machine_register_device() before
+ * machine_run(); the callback creates the device for one -device and adds a
+ * cleanup with machine_add_cleanup(). A -device with no registered model is
+ * reported as "not wired yet" and skipped.
+ */
+#ifndef VBLK_MACHINE_H
+#define VBLK_MACHINE_H
+
+#include <glib.h>
+#include <stdbool.h>
+
+#include "vblk/options.h"
+#include "vblk/pci.h"
+#include "vblk/vmm.h"
+
+typedef struct Machine Machine;
+
+typedef bool (*MachineDeviceFn)(Machine *m, const DeviceOptions *dev, const DriveOptions *drive,
+                                GError **errp);
+
+/* Context: main thread, before machine_run() */
+void machine_register_device(const char *driver, MachineDeviceFn fn);
+/* Context: main thread */
+Vm *machine_vm(Machine *m);
+/* Context: main thread */
+PciBus *machine_pci_bus(Machine *m);
+/* Context: main thread */
+const VmmOptions *machine_options(Machine *m);
+/* Context: main thread. @fn runs at teardown (reverse order), with vCPUs paused. */
+void machine_add_cleanup(Machine *m, void (*fn)(void *opaque), void *opaque);
+/* Context: main thread. Builds, boots and runs the VM; returns the process exit status. */
+int machine_run(const VmmOptions *opts);
+
+#endif /* VBLK_MACHINE_H */

@@ -1,0 +1,313 @@
+/*
+ * vblk: machine assembly: VM, serial console, legacy ports, PCI bus and
+ * devices, MP table, Linux boot, then run until the guest or the user ends it.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vblk/boot.h"
+#include "vblk/console.h"
+#include "vblk/machine.h"
+#include "vblk/mptable.h"
+#include "vblk/ports.h"
+
+typedef struct MachineCleanup {
+    void (*fn)(void *opaque);
+    void *opaque;
+} MachineCleanup;
+
+struct Machine {
+    const VmmOptions *opts;
+    Vm *vm;
+    Console *console;
+    LegacyPorts *ports;
+    PciBus *pci;
+    GArray *cleanups; /* MachineCleanup */
+};
+
+typedef struct DeviceModel {
+    const char *driver;
+    MachineDeviceFn fn;
+} DeviceModel;
+
+static GArray *machine_models; /* DeviceModel */
+static Vm *machine_signal_vm;
+
+/* Context: main thread, before machine_run() */
+void machine_register_device(const char *driver, MachineDeviceFn fn)
+{
+    DeviceModel m = {.driver = driver, .fn = fn};
+
+    if (!machine_models) {
+        machine_models = g_array_new(FALSE, FALSE, sizeof(DeviceModel));
+    }
+    g_array_append_val(machine_models, m);
+}
+
+/* Context: main thread */
+Vm *machine_vm(Machine *m)
+{
+    return m->vm;
+}
+
+/* Context: main thread */
+PciBus *machine_pci_bus(Machine *m)
+{
+    return m->pci;
+}
+
+/* Context: main thread */
+const VmmOptions *machine_options(Machine *m)
+{
+    return m->opts;
+}
+
+/* Context: main thread */
+void machine_add_cleanup(Machine *m, void (*fn)(void *opaque), void *opaque)
+{
+    MachineCleanup c = {.fn = fn, .opaque = opaque};
+
+    g_array_append_val(m->cleanups, c);
+}
+
+/* PciIrqOps on top of the Vm. */
+static void mach_set_irq(void *opaque, unsigned gsi, bool level)
+{
+    vm_set_irq_line(opaque, gsi, level);
+}
+
+static int mach_msi_route_add(void *opaque, uint64_t addr, uint32_t data)
+{
+    return vm_msi_route_add(opaque, addr, data, NULL);
+}
+
+static bool mach_msi_route_update(void *opaque, int gsi, uint64_t addr, uint32_t data)
+{
+    return vm_msi_route_update(opaque, gsi, addr, data, NULL);
+}
+
+static void mach_msi_route_remove(void *opaque, int gsi)
+{
+    vm_msi_route_remove(opaque, gsi);
+}
+
+static bool mach_irqfd(void *opaque, int fd, int gsi, bool assign)
+{
+    return assign ? vm_irqfd_assign(opaque, fd, gsi, -1, NULL)
+                  : vm_irqfd_deassign(opaque, fd, gsi, NULL);
+}
+
+static void mach_signal_msi(void *opaque, uint64_t addr, uint32_t data)
+{
+    vm_signal_msi(opaque, addr, data);
+}
+
+static void mach_reset(void *opaque)
+{
+    vm_request_exit(opaque, VM_EXIT_RESET, NULL);
+}
+
+static const PciIrqOps machine_pci_irq_ops = {
+    .set_irq = mach_set_irq,
+    .msi_route_add = mach_msi_route_add,
+    .msi_route_update = mach_msi_route_update,
+    .msi_route_remove = mach_msi_route_remove,
+    .irqfd = mach_irqfd,
+    .signal_msi = mach_signal_msi,
+    .reset = mach_reset,
+};
+
+static ConsoleMode machine_console_mode(SerialBackend b)
+{
+    switch (b) {
+    case SERIAL_FILE:
+        return CONSOLE_FILE;
+    case SERIAL_NULL:
+        return CONSOLE_NULL;
+    case SERIAL_NONE:
+        return CONSOLE_NONE;
+    default:
+        return CONSOLE_STDIO;
+    }
+}
+
+static const DriveOptions *machine_find_drive(const VmmOptions *o, const char *id)
+{
+    for (guint i = 0; i < o->drives->len; i++) {
+        const DriveOptions *d = o->drives->pdata[i];
+        if (!strcmp(d->id, id)) {
+            return d;
+        }
+    }
+    return NULL;
+}
+
+static bool machine_add_devices(Machine *m, GError **errp)
+{
+    for (guint i = 0; i < m->opts->devices->len; i++) {
+        const DeviceOptions *dev = m->opts->devices->pdata[i];
+        const DriveOptions *drive = machine_find_drive(m->opts, dev->drive);
+        MachineDeviceFn fn = NULL;
+
+        for (guint j = 0; machine_models && j < machine_models->len; j++) {
+            DeviceModel *model = &g_array_index(machine_models, DeviceModel, j);
+            if (!strcmp(model->driver, dev->driver)) {
+                fn = model->fn;
+            }
+        }
+        if (!fn) {
+            fprintf(stderr,
+                    "vblk: warning: -device %s,drive=%s: not wired yet (no virtio-pci "
+                    "transport in this build); the guest will not see this disk\n",
+                    dev->driver, dev->drive);
+            continue;
+        }
+        vm_lock(m->vm);
+        bool ok = fn(m, dev, drive, errp);
+        vm_unlock(m->vm);
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool machine_write_mptable(Machine *m, GError **errp)
+{
+    g_autoptr(GArray) irqs = g_array_new(FALSE, FALSE, sizeof(MpPciIrq));
+    MpTableConfig cfg = {.ncpus = m->opts->smp};
+    size_t n;
+    const VmRamRegion *r = vm_ram_regions(m->vm, &n);
+    uint8_t *buf;
+
+    for (unsigned slot = 1; slot < PCI_SLOTS; slot++) {
+        PciDevice *dev = pci_bus_device(m->pci, slot);
+        if (dev && dev->config[0x3d]) {
+            MpPciIrq q = {.slot = slot, .pin = dev->config[0x3d], .gsi = pci_intx_gsi(dev)};
+            g_array_append_val(irqs, q);
+        }
+    }
+    cfg.pci_irqs = (const MpPciIrq *)irqs->data;
+    cfg.npci_irqs = irqs->len;
+    buf = boot_gpa(r, n, BOOT_MPTABLE_ADDR, mptable_size(&cfg));
+    if (!buf || BOOT_MPTABLE_ADDR + mptable_size(&cfg) > BOOT_HIMEM_START) {
+        g_set_error(errp, VMM_ERROR, 0, "MP table does not fit below 1 MiB");
+        return false;
+    }
+    return mptable_build(buf, mptable_size(&cfg), BOOT_MPTABLE_ADDR, &cfg, errp);
+}
+
+static bool machine_boot(Machine *m, GError **errp)
+{
+    const VmmOptions *o = m->opts;
+    BootConfig boot = {.kernel = o->kernel, .initrd = o->initrd, .cmdline = o->append};
+    size_t n;
+    const VmRamRegion *r = vm_ram_regions(m->vm, &n);
+    uint64_t entry;
+
+    return machine_write_mptable(m, errp) &&
+           boot_load_linux(r, n, o->ram_size, &boot, &entry, errp) &&
+           vm_create_vcpus(m->vm, errp) && vm_setup_boot_cpu(m->vm, entry, BOOT_ZERO_PAGE, errp);
+}
+
+static bool machine_build(Machine *m, GError **errp)
+{
+    const VmmOptions *o = m->opts;
+    VmConfig cfg = {.ram_size = o->ram_size, .ncpus = o->smp};
+
+    m->vm = vm_new(&cfg, errp);
+    if (!m->vm) {
+        return false;
+    }
+    m->console = console_new(m->vm, machine_console_mode(o->serial), o->serial_path, errp);
+    if (!m->console) {
+        return false;
+    }
+    m->ports = legacy_ports_new(m->vm, errp);
+    if (!m->ports) {
+        return false;
+    }
+    vm_lock(m->vm);
+    m->pci = pci_bus_new(vm_pio_bus(m->vm), vm_mmio_bus(m->vm), &machine_pci_irq_ops, m->vm, errp);
+    vm_unlock(m->vm);
+    return m->pci && machine_add_devices(m, errp) && machine_boot(m, errp);
+}
+
+static void machine_teardown(Machine *m)
+{
+    if (m->vm) {
+        vm_pause(m->vm); /* no vCPU is inside a device from here on */
+    }
+    console_free(m->console);
+    for (guint i = m->cleanups->len; i > 0; i--) {
+        MachineCleanup *c = &g_array_index(m->cleanups, MachineCleanup, i - 1);
+        c->fn(c->opaque);
+    }
+    if (m->pci) {
+        vm_lock(m->vm);
+        pci_bus_free(m->pci);
+        vm_unlock(m->vm);
+    }
+    legacy_ports_free(m->ports);
+    vm_free(m->vm);
+    g_array_free(m->cleanups, TRUE);
+}
+
+static void machine_on_signal(int sig)
+{
+    if (machine_signal_vm) {
+        vm_request_exit(machine_signal_vm, VM_EXIT_QUIT, NULL);
+    }
+}
+
+static void machine_print_stats(Vm *vm)
+{
+    VmStats s;
+
+    if (!g_getenv("VBLK_STATS")) {
+        return;
+    }
+    vm_get_stats(vm, &s);
+    fprintf(stderr,
+            "vblk: exits: pio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT
+            "), mmio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT ")\n",
+            s.exits_pio, s.unhandled_pio, s.exits_mmio, s.unhandled_mmio);
+}
+
+/* Context: main thread */
+int machine_run(const VmmOptions *opts)
+{
+    Machine m = {.opts = opts};
+    struct sigaction sa = {.sa_handler = machine_on_signal};
+    GError *err = NULL;
+    int status = 1;
+
+    m.cleanups = g_array_new(FALSE, FALSE, sizeof(MachineCleanup));
+    if (!opts->kernel) {
+        fprintf(stderr, "vblk: -kernel: required (vblk boots Linux directly; it has no "
+                        "firmware to boot a disk)\n");
+        g_array_free(m.cleanups, TRUE);
+        return 1;
+    }
+    if (machine_build(&m, &err)) {
+        machine_signal_vm = m.vm;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        if (console_start(m.console, &err) && vm_start(m.vm, opts->start_paused, &err)) {
+            status = vm_wait_exit(m.vm);
+            machine_print_stats(m.vm);
+        }
+    }
+    if (err) {
+        fprintf(stderr, "vblk: %s\n", err->message);
+        g_error_free(err);
+        status = 1;
+    }
+    machine_signal_vm = NULL;
+    machine_teardown(&m);
+    return status;
+}

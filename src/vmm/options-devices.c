@@ -1,0 +1,479 @@
+/*
+ * vblk: -drive, -device virtio-blk-pci and -object iothread, with QEMU's
+ * property names, defaults and cross-checks (done after the whole command
+ * line is read, since QEMU lets -device come before its -drive).
+ */
+#include <string.h>
+
+#include "options-internal.h"
+
+#define VIRTIO_BLK_MAX_QUEUES 1024
+#define VIRTQUEUE_MAX_SIZE    1024
+#define DEFAULT_QUEUE_SIZE    256
+
+/* Context: main thread */
+void drive_options_free(gpointer p)
+{
+    DriveOptions *d = p;
+
+    g_free(d->id);
+    g_free(d->file);
+    g_free(d->cache_mode);
+    g_free(d);
+}
+
+/* Context: main thread */
+void device_options_free(gpointer p)
+{
+    DeviceOptions *d = p;
+
+    g_free(d->driver);
+    g_free(d->id);
+    g_free(d->drive);
+    g_free(d->serial);
+    g_free(d->iothread);
+    g_free(d);
+}
+
+/* Context: main thread */
+void iothread_options_free(gpointer p)
+{
+    IothreadOptions *t = p;
+
+    g_free(t->id);
+    if (t->props) {
+        g_ptr_array_free(t->props, TRUE);
+    }
+    g_free(t);
+}
+
+static DeviceOptions *device_options_new(const char *driver)
+{
+    DeviceOptions *d = g_new0(DeviceOptions, 1);
+
+    d->driver = g_strdup(driver);
+    d->slot = -1;
+    d->config_wce = true;
+    d->queue_size = DEFAULT_QUEUE_SIZE;
+    d->logical_block_size = 512;
+    d->physical_block_size = 512;
+    d->discard = true;
+    d->write_zeroes = true;
+    d->bootindex = -1;
+    return d;
+}
+
+/* QEMU's cache= modes as (writeback, direct, no-flush). */
+static bool drive_set_cache(DriveOptions *d, const char *mode)
+{
+    static const struct {
+        const char *name;
+        bool writeback, direct, no_flush;
+    } modes[] = {
+        {"writeback", true, false, false},     {"none", true, true, false},
+        {"writethrough", false, false, false}, {"directsync", false, true, false},
+        {"unsafe", true, false, true},
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+        if (!strcmp(mode, modes[i].name)) {
+            g_free(d->cache_mode);
+            d->cache_mode = g_strdup(mode);
+            d->cache_writeback = modes[i].writeback;
+            d->cache_direct = modes[i].direct;
+            d->cache_no_flush = modes[i].no_flush;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool drive_set_aio(DriveOptions *d, const char *v)
+{
+    if (!strcmp(v, "threads")) {
+        d->aio = DRIVE_AIO_THREADS;
+    } else if (!strcmp(v, "native")) {
+        d->aio = DRIVE_AIO_NATIVE;
+    } else if (!strcmp(v, "io_uring")) {
+        d->aio = DRIVE_AIO_IO_URING;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static bool drive_set_if(DriveOptions *d, const char *v, bool *ok_if)
+{
+    *ok_if = !strcmp(v, "none") || !strcmp(v, "virtio");
+    d->iface = !strcmp(v, "virtio") ? DRIVE_IF_VIRTIO : DRIVE_IF_NONE;
+    return *ok_if;
+}
+
+/* One -drive key; false = invalid (message built by the caller unless *handled). */
+static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const char *arg,
+                      bool *iface_given, GError **errp)
+{
+    bool b;
+
+    if (!strcmp(p->key, "if")) {
+        *iface_given = true;
+        return drive_set_if(d, p->value, &b) ||
+               opt_fail(errp, name, arg,
+                        "if=%s is not supported (use if=none with -device "
+                        "virtio-blk-pci, or if=virtio)",
+                        p->value);
+    } else if (!strcmp(p->key, "id")) {
+        g_free(d->id);
+        d->id = g_strdup(p->value);
+    } else if (!strcmp(p->key, "file")) {
+        g_free(d->file);
+        d->file = g_strdup(p->value);
+    } else if (!strcmp(p->key, "format")) {
+        return !strcmp(p->value, "raw") ||
+               opt_fail(errp, name, arg, "format=%s is not supported (only raw)", p->value);
+    } else if (!strcmp(p->key, "cache")) {
+        return drive_set_cache(d, p->value) || opt_fail(errp, name, arg,
+                                                        "invalid cache mode '%s' (none, writeback, "
+                                                        "writethrough, directsync, unsafe)",
+                                                        p->value);
+    } else if (!strcmp(p->key, "cache.direct") || !strcmp(p->key, "cache.no-flush")) {
+        if (!opts_parse_bool(p->value, &b)) {
+            return opt_fail(errp, name, arg, "%s expects on or off", p->key);
+        }
+        *(!strcmp(p->key, "cache.direct") ? &d->cache_direct : &d->cache_no_flush) = b;
+    } else if (!strcmp(p->key, "aio")) {
+        return drive_set_aio(d, p->value) ||
+               opt_fail(errp, name, arg, "invalid aio '%s' (threads, native, io_uring)", p->value);
+    } else if (!strcmp(p->key, "readonly")) {
+        return opts_parse_bool(p->value, &d->readonly) ||
+               opt_fail(errp, name, arg, "readonly expects on or off");
+    } else if (!strcmp(p->key, "discard")) {
+        d->discard_unmap = !strcmp(p->value, "unmap") || !strcmp(p->value, "on");
+        return d->discard_unmap || !strcmp(p->value, "ignore") || !strcmp(p->value, "off") ||
+               opt_fail(errp, name, arg, "invalid discard '%s' (unmap or ignore)", p->value);
+    } else if (!strcmp(p->key, "detect-zeroes")) {
+        return !strcmp(p->value, "off") ||
+               opt_fail(errp, name, arg, "detect-zeroes=%s is not supported (only off)", p->value);
+    } else if (!strcmp(p->key, "media")) {
+        return !strcmp(p->value, "disk") ||
+               opt_fail(errp, name, arg, "media=%s is not supported", p->value);
+    } else {
+        return opt_fail(errp, name, arg, "invalid parameter '%s'", p->key);
+    }
+    return true;
+}
+
+/* Context: main thread */
+bool opt_drive(VmmOptions *o, const char *name, const char *arg, GError **errp)
+{
+    g_autoptr(GPtrArray) kv = opts_split(arg, NULL, errp);
+    DriveOptions *d;
+    bool iface_given = false;
+
+    if (!kv) {
+        return opt_fail(errp, name, arg, "%s", "bad syntax");
+    }
+    d = g_new0(DriveOptions, 1);
+    drive_set_cache(d, "writeback");
+    g_ptr_array_add(o->drives, d);
+    for (guint i = 0; i < kv->len; i++) {
+        if (!drive_key(d, kv->pdata[i], name, arg, &iface_given, errp)) {
+            return false;
+        }
+    }
+    if (!iface_given) {
+        return opt_fail(errp, name, arg, "%s",
+                        "if=ide (QEMU's default) is not supported; "
+                        "add if=none and a -device virtio-blk-pci, or if=virtio");
+    }
+    if (!d->file || !*d->file) {
+        return opt_fail(errp, name, arg, "%s", "file= is required");
+    }
+    if (d->aio == DRIVE_AIO_NATIVE && !d->cache_direct) {
+        return opt_fail(errp, name, arg, "%s",
+                        "aio=native was specified, but it requires "
+                        "cache.direct=on (cache=none or directsync)");
+    }
+    if (!d->id) {
+        d->id = g_strdup_printf("%s%u", d->iface == DRIVE_IF_VIRTIO ? "virtio" : "none",
+                                o->drives->len - 1);
+    }
+    if (d->iface == DRIVE_IF_VIRTIO) {
+        DeviceOptions *dev = device_options_new("virtio-blk-pci");
+        dev->drive = g_strdup(d->id);
+        g_ptr_array_add(o->devices, dev);
+    }
+    return true;
+}
+
+/* QEMU's "addr" syntax: slot[.function], both hexadecimal. */
+static bool device_parse_addr(const char *s, int *slot)
+{
+    uint64_t v, fn = 0;
+    g_auto(GStrv) parts = g_strsplit(s, ".", 2);
+    char *end;
+
+    if (!parts[0] || !g_ascii_isxdigit(*parts[0])) {
+        return false;
+    }
+    v = g_ascii_strtoull(parts[0], &end, 16);
+    if (*end || v >= 32) {
+        return false;
+    }
+    if (parts[1]) {
+        fn = g_ascii_strtoull(parts[1], &end, 16);
+        if (!*parts[1] || *end || fn != 0) {
+            return false; /* no multifunction devices */
+        }
+    }
+    *slot = v;
+    return true;
+}
+
+static bool device_uint(const OptPair *p, uint64_t min, uint64_t max, unsigned *out)
+{
+    uint64_t v;
+
+    if (!opt_uint(p->value, min, max, &v)) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool device_pow2(unsigned v)
+{
+    return v && !(v & (v - 1));
+}
+
+static bool device_bool_prop(DeviceOptions *d, const OptPair *p, bool *known)
+{
+    static const char *const ignored[] = {"event_idx", "indirect_desc", "disable-legacy"};
+    bool b;
+
+    *known = true;
+    if (!strcmp(p->key, "config-wce")) {
+        return opts_parse_bool(p->value, &d->config_wce);
+    } else if (!strcmp(p->key, "x-data-plane")) {
+        return opts_parse_bool(p->value, &d->data_plane);
+    } else if (!strcmp(p->key, "discard")) {
+        return opts_parse_bool(p->value, &d->discard);
+    } else if (!strcmp(p->key, "write-zeroes")) {
+        return opts_parse_bool(p->value, &d->write_zeroes);
+    } else if (!strcmp(p->key, "scsi") || !strcmp(p->key, "disable-modern")) {
+        return opts_parse_bool(p->value, &b) && !b; /* legacy-only features */
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(ignored); i++) {
+        if (!strcmp(p->key, ignored[i])) {
+            return opts_parse_bool(p->value, &b) || !strcmp(p->value, "auto");
+        }
+    }
+    *known = false;
+    return false;
+}
+
+static bool device_prop(DeviceOptions *d, const OptPair *p, bool *known)
+{
+    uint64_t v;
+
+    if (device_bool_prop(d, p, known) || *known) {
+        return *known && device_bool_prop(d, p, known);
+    }
+    *known = true;
+    if (!strcmp(p->key, "drive") || !strcmp(p->key, "id") || !strcmp(p->key, "serial") ||
+        !strcmp(p->key, "iothread")) {
+        char **dst = !strcmp(p->key, "drive")    ? &d->drive
+                     : !strcmp(p->key, "id")     ? &d->id
+                     : !strcmp(p->key, "serial") ? &d->serial
+                                                 : &d->iothread;
+        g_free(*dst);
+        *dst = g_strdup(p->value);
+        return true;
+    } else if (!strcmp(p->key, "bus")) {
+        return !strcmp(p->value, "pci.0");
+    } else if (!strcmp(p->key, "addr")) {
+        return device_parse_addr(p->value, &d->slot) && d->slot != 0;
+    } else if (!strcmp(p->key, "num-queues")) {
+        return device_uint(p, 1, VIRTIO_BLK_MAX_QUEUES, &d->num_queues);
+    } else if (!strcmp(p->key, "queue-size")) {
+        return device_uint(p, 4, VIRTQUEUE_MAX_SIZE, &d->queue_size) && device_pow2(d->queue_size);
+    } else if (!strcmp(p->key, "logical_block_size")) {
+        return device_uint(p, 512, 32768, &d->logical_block_size) &&
+               device_pow2(d->logical_block_size);
+    } else if (!strcmp(p->key, "physical_block_size")) {
+        return device_uint(p, 512, 1 << 21, &d->physical_block_size) &&
+               device_pow2(d->physical_block_size);
+    } else if (!strcmp(p->key, "bootindex")) {
+        if (!opt_uint(p->value[0] == '-' ? p->value + 1 : p->value, 0, 1000000, &v)) {
+            return false;
+        }
+        d->bootindex = p->value[0] == '-' ? -(int)v : (int)v;
+        return true;
+    }
+    *known = false;
+    return false;
+}
+
+/* Context: main thread */
+bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
+{
+    g_autoptr(GPtrArray) kv = opts_split(arg, "driver", errp);
+    DeviceOptions *d;
+    OptPair *first;
+
+    if (!kv || kv->len == 0) {
+        return opt_fail(errp, name, arg, "%s", "bad syntax");
+    }
+    first = kv->pdata[0];
+    if (strcmp(first->key, "driver")) {
+        return opt_fail(errp, name, arg, "%s", "the device type must come first");
+    }
+    if (strcmp(first->value, "virtio-blk-pci") && strcmp(first->value, "virtio-blk")) {
+        return opt_fail(errp, name, arg,
+                        "device '%s' is not supported (vblk has only "
+                        "virtio-blk-pci)",
+                        first->value);
+    }
+    d = device_options_new("virtio-blk-pci");
+    g_ptr_array_add(o->devices, d);
+    for (guint i = 1; i < kv->len; i++) {
+        OptPair *p = kv->pdata[i];
+        bool known;
+        if (!device_prop(d, p, &known)) {
+            return known ? opt_fail(errp, name, arg, "invalid value '%s' for property '%s'",
+                                    p->value, p->key)
+                         : opt_fail(errp, name, arg, "property 'virtio-blk-pci.%s' not found",
+                                    p->key);
+        }
+    }
+    if (!d->drive) {
+        return opt_fail(errp, name, arg, "%s", "drive property not set");
+    }
+    if (d->physical_block_size < d->logical_block_size) {
+        return opt_fail(errp, name, arg, "%s", "physical_block_size must be >= logical_block_size");
+    }
+    return true;
+}
+
+/* Context: main thread */
+bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
+{
+    g_autoptr(GPtrArray) kv = opts_split(arg, "qom-type", errp);
+    IothreadOptions *t;
+
+    if (!kv || kv->len == 0 || strcmp(((OptPair *)kv->pdata[0])->key, "qom-type")) {
+        return opt_fail(errp, name, arg, "%s", "the object type must come first");
+    }
+    if (strcmp(((OptPair *)kv->pdata[0])->value, "iothread")) {
+        return opt_fail(errp, name, arg, "object type '%s' is not supported (only iothread)",
+                        ((OptPair *)kv->pdata[0])->value);
+    }
+    t = g_new0(IothreadOptions, 1);
+    t->props = g_ptr_array_new_with_free_func(g_free);
+    g_ptr_array_add(o->iothreads, t);
+    for (guint i = 1; i < kv->len; i++) {
+        OptPair *p = kv->pdata[i];
+        uint64_t v;
+        if (!strcmp(p->key, "id")) {
+            g_free(t->id);
+            t->id = g_strdup(p->value);
+        } else if (!strcmp(p->key, "poll-max-ns") || !strcmp(p->key, "poll-grow") ||
+                   !strcmp(p->key, "poll-shrink") || !strcmp(p->key, "aio-max-batch")) {
+            if (!opt_uint(p->value, 0, INT64_MAX, &v)) {
+                return opt_fail(errp, name, arg, "invalid value for '%s'", p->key);
+            }
+            g_ptr_array_add(t->props, g_strdup_printf("%s=%s", p->key, p->value));
+        } else {
+            return opt_fail(errp, name, arg, "invalid parameter '%s'", p->key);
+        }
+    }
+    if (!t->id) {
+        return opt_fail(errp, name, arg, "%s", "id= is required");
+    }
+    for (guint i = 0; i + 1 < o->iothreads->len; i++) {
+        if (!strcmp(((IothreadOptions *)o->iothreads->pdata[i])->id, t->id)) {
+            return opt_fail(errp, name, arg, "duplicate ID '%s' for object", t->id);
+        }
+    }
+    return true;
+}
+
+static DriveOptions *options_find_drive(VmmOptions *o, const char *id)
+{
+    for (guint i = 0; i < o->drives->len; i++) {
+        DriveOptions *d = o->drives->pdata[i];
+        if (!strcmp(d->id, id)) {
+            return d;
+        }
+    }
+    return NULL;
+}
+
+static bool options_has_iothread(VmmOptions *o, const char *id)
+{
+    for (guint i = 0; i < o->iothreads->len; i++) {
+        if (!strcmp(((IothreadOptions *)o->iothreads->pdata[i])->id, id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool options_check_drive_ids(VmmOptions *o, GError **errp)
+{
+    for (guint i = 0; i < o->drives->len; i++) {
+        for (guint j = 0; j < i; j++) {
+            if (!strcmp(((DriveOptions *)o->drives->pdata[i])->id,
+                        ((DriveOptions *)o->drives->pdata[j])->id)) {
+                return opt_fail(errp, "drive", NULL, "duplicate ID '%s' for drive",
+                                ((DriveOptions *)o->drives->pdata[i])->id);
+            }
+        }
+    }
+    return true;
+}
+
+static bool options_check_device(VmmOptions *o, DeviceOptions *d, guint index, GError **errp)
+{
+    DriveOptions *drive = options_find_drive(o, d->drive);
+
+    if (!drive) {
+        return opt_fail(errp, "device", NULL,
+                        "property 'virtio-blk-pci.drive' can't find value '%s'", d->drive);
+    }
+    if (drive->used) {
+        return opt_fail(errp, "device", NULL, "drive '%s' is already in use by another device",
+                        d->drive);
+    }
+    drive->used = true;
+    if (d->iothread && !options_has_iothread(o, d->iothread)) {
+        return opt_fail(errp, "device", NULL,
+                        "iothread '%s' not found (add -object iothread,"
+                        "id=%s)",
+                        d->iothread, d->iothread);
+    }
+    for (guint j = 0; j < index; j++) {
+        DeviceOptions *e = o->devices->pdata[j];
+        if (d->slot >= 0 && e->slot == d->slot) {
+            return opt_fail(errp, "device", NULL, "PCI slot 0x%x is already in use", d->slot);
+        }
+        if (d->id && e->id && !strcmp(d->id, e->id)) {
+            return opt_fail(errp, "device", NULL, "duplicate ID '%s' for device", d->id);
+        }
+    }
+    return true;
+}
+
+/* Context: main thread */
+bool options_check_devices(VmmOptions *o, GError **errp)
+{
+    if (!options_check_drive_ids(o, errp)) {
+        return false;
+    }
+    for (guint i = 0; i < o->devices->len; i++) {
+        if (!options_check_device(o, o->devices->pdata[i], i, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
