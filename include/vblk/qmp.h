@@ -100,6 +100,12 @@ typedef struct QmpArgSpec {
     bool optional;
 } QmpArgSpec;
 
+/* Terminator of a QmpArgSpec array. */
+#define QMP_ARGS_END                                                                               \
+    {                                                                                              \
+        NULL, QMP_ARG_STR, false                                                                   \
+    }
+
 typedef enum {
     QMP_CMD_FLAGS_NONE = 0,
     QMP_CMD_ALLOW_OOB = 1 << 0,  /* may be sent with "exec-oob" (run in order anyway) */

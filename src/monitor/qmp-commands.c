@@ -331,7 +331,7 @@ void qmp_commands_register(void)
 {
     static const QmpArgSpec caps_args[] = {
         {"enable", QMP_ARG_ARRAY, true},
-        {NULL},
+        QMP_ARGS_END,
     };
 
     qmp_register_command("qmp_capabilities", cmd_qmp_capabilities, caps_args, 0, NULL);

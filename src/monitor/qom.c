@@ -347,20 +347,20 @@ static JsonNode *cmd_qom_set(QmpRequest *req, JsonObject *args, GError **errp)
 
 static const QmpArgSpec qom_list_args[] = {
     {"path", QMP_ARG_STR, false},
-    {NULL},
+    QMP_ARGS_END,
 };
 
 static const QmpArgSpec qom_get_args[] = {
     {"path", QMP_ARG_STR, false},
     {"property", QMP_ARG_STR, false},
-    {NULL},
+    QMP_ARGS_END,
 };
 
 static const QmpArgSpec qom_set_args[] = {
     {"path", QMP_ARG_STR, false},
     {"property", QMP_ARG_STR, false},
     {"value", QMP_ARG_ANY, false},
-    {NULL},
+    QMP_ARGS_END,
 };
 
 /* Context: monitor thread */

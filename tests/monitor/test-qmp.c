@@ -44,7 +44,7 @@ static const QmpArgSpec echo_args[] = {
     {"b", QMP_ARG_BOOL, true},         {"n", QMP_ARG_NUMBER, true},
     {"u", QMP_ARG_UINT, true},         {"o", QMP_ARG_OBJECT, true},
     {"a", QMP_ARG_ARRAY, true},        {"x", QMP_ARG_ANY, true},
-    {"sn", QMP_ARG_STR_OR_NULL, true}, {NULL},
+    {"sn", QMP_ARG_STR_OR_NULL, true}, QMP_ARGS_END,
 };
 
 static void test_greeting(void)
@@ -73,7 +73,7 @@ static void test_greeting(void)
         {"{\"execute\":\"nope\",\"id\":\"x\"}",
          "{\"id\": \"x\", \"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command nope "
          "has not been found\"}}"},
-        {NULL},
+        {NULL, NULL},
     };
 
     tc_expect(c, QMP_TEST_GREETING);
@@ -117,7 +117,7 @@ static void test_arguments(void)
         {"{\"execute\":\"fail\",\"id\":1}",
          "{\"id\": 1, \"error\": {\"class\": \"DeviceNotActive\", \"desc\": \"Device 'x' has not "
          "been activated\"}}"},
-        {NULL},
+        {NULL, NULL},
     };
 
     g_assert_true(qmp_register_command("echo", cmd_echo, echo_args, 0, NULL));
@@ -160,7 +160,7 @@ static void test_malformed(void)
          "{\"return\": " VERSION_RET ", \"id\": \"single\"}"},
         {"#", GENERIC("JSON parse error, stray '#'")},
         {"\n{\"execute\":\"query-version\"}", "{\"return\": " VERSION_RET "}"},
-        {NULL},
+        {NULL, NULL},
     };
 
     tc_negotiate(c);

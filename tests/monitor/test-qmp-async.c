@@ -1,0 +1,323 @@
+/*
+ * Deferred replies, the QOM front-end, run-state hooks and clients that
+ * disconnect at awkward moments.
+ */
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "qmp-test-util.h"
+
+#define GENERIC(desc) "{\"error\": {\"class\": \"GenericError\", \"desc\": \"" desc "\"}}"
+
+/* ---- deferred replies -------------------------------------------------- */
+
+static gpointer complete_later(gpointer opaque)
+{
+    g_usleep(30000);
+    qmp_reply_deferred(opaque, json_node_init_int(json_node_alloc(), 42), NULL);
+    return NULL;
+}
+
+static JsonNode *cmd_slow(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    QmpDeferred *d = qmp_request_defer(req);
+
+    if (json_object_has_member(args, "fail")) {
+        /* Completing from inside the handler must still order correctly. */
+        qmp_reply_deferred(d, NULL, g_error_new(QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND, "nope"));
+        return NULL;
+    }
+    g_thread_unref(g_thread_new("slow", complete_later, d));
+    return NULL;
+}
+
+static const QmpArgSpec slow_args[] = {
+    {"fail", QMP_ARG_BOOL, true},
+    QMP_ARGS_END,
+};
+
+static void test_deferred(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    TClient *a, *b;
+
+    qmp_register_command("x-slow", cmd_slow, slow_args, 0, NULL);
+    a = tc_connect(path);
+    b = tc_connect(path);
+    tc_negotiate(a);
+    tc_negotiate(b);
+    /* Pipelined behind a deferred command: replies stay in order. */
+    tc_send(a, "{\"execute\":\"x-slow\",\"id\":1}{\"execute\":\"query-status\",\"id\":2}"
+               "{\"execute\":\"x-slow\",\"id\":3,\"arguments\":{\"fail\":true}}");
+    /* Another client is not held up meanwhile. */
+    tc_send(b, "{\"execute\":\"query-status\",\"id\":\"b\"}");
+    tc_expect(b, "{\"return\": {\"status\": \"running\", \"singlestep\": false, \"running\": "
+                 "true}, \"id\": \"b\"}");
+    tc_expect(a, "{\"return\": 42, \"id\": 1}");
+    tc_expect(a, "{\"return\": {\"status\": \"running\", \"singlestep\": false, \"running\": "
+                 "true}, \"id\": 2}");
+    tc_expect(a, "{\"id\": 3, \"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"nope\"}}");
+    /* The client leaves before its deferred reply: the token stays valid. */
+    tc_send(a, "{\"execute\":\"x-slow\",\"id\":4}");
+    test_pump(5);
+    tc_close(a);
+    test_pump(80);
+    g_assert_cmpuint(qmp_monitor_client_count(mon), ==, 1);
+    tc_close(b);
+    test_pump(10);
+    g_assert_cmpuint(qmp_monitor_client_count(mon), ==, 0);
+    test_teardown(mon, path);
+}
+
+/* ---- QOM ---------------------------------------------------------------- */
+
+static bool dp_value;
+static QmpDeferred *dp_pending;
+
+static JsonNode *get_dp(const char *path, const char *name, void *opaque, GError **errp)
+{
+    return json_node_init_boolean(json_node_alloc(), dp_value);
+}
+
+static bool set_dp(const char *path, const char *name, JsonNode *value, QmpRequest *req,
+                   void *opaque, GError **errp)
+{
+    if (dp_pending) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "switch already in progress");
+        return false;
+    }
+    dp_value = json_node_get_boolean(value);
+    dp_pending = qmp_request_defer(req); /* completes "later in another thread" */
+    return true;
+}
+
+static JsonNode *get_num(const char *path, const char *name, void *opaque, GError **errp)
+{
+    return json_node_init_int(json_node_alloc(), GPOINTER_TO_INT(opaque));
+}
+
+static void test_qom(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    TClient *c = tc_connect(path);
+    GError *err = NULL;
+    static const struct {
+        const char *in, *out;
+    } ex[] = {
+        {"{\"execute\":\"qom-list\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\"}}",
+         "{\"return\": [{\"name\": \"type\", \"type\": \"string\"}, {\"name\": \"x-data-plane\", "
+         "\"type\": \"bool\"}, {\"name\": \"num\", \"type\": \"int\"}]}"},
+        {"{\"execute\":\"qom-list\",\"arguments\":{\"path\":\"/machine\"}}",
+         "{\"return\": [{\"name\": \"type\", \"type\": \"string\"}, {\"name\": \"peripheral\", "
+         "\"type\": \"child<container>\"}]}"},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"/"
+         "machine\",\"property\":\"peripheral\"}}",
+         "{\"return\": \"/machine/peripheral\"}"},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"disk0\",\"property\":\"type\"}}",
+         "{\"return\": \"virtio-blk-pci\"}"},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\","
+         "\"property\":\"num\"}}",
+         "{\"return\": 7}"},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"/machine/peripheral/x\","
+         "\"property\":\"num\"}}",
+         "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device "
+         "'/machine/peripheral/x' not found\"}}"},
+        {"{\"execute\":\"qom-list\",\"arguments\":{\"path\":\"/machine/peripheral/x\"}}",
+         "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device "
+         "'/machine/peripheral/x' not found\"}}"},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\","
+         "\"property\":\"y\"}}",
+         GENERIC("Property 'virtio-blk-pci.y' not found")},
+        {"{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\","
+         "\"property\":\"num\",\"value\":1}}",
+         GENERIC("Property 'virtio-blk-pci.num' is not writable")},
+        {"{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\","
+         "\"property\":\"x-data-plane\",\"value\":\"on\"}}",
+         GENERIC("Invalid parameter type for 'x-data-plane', expected: boolean")},
+        {"{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\","
+         "\"property\":\"x-data-plane\"}}",
+         GENERIC("Parameter 'value' is missing")},
+        {"{\"execute\":\"qom-get\",\"arguments\":{\"path\":\"peripheral\",\"property\":\"type\"}}",
+         GENERIC("Path 'peripheral' does not uniquely identify an object")},
+        {NULL, NULL},
+    };
+
+    g_assert_true(qom_add_object("/machine/peripheral/disk0", "virtio-blk-pci", &err));
+    g_assert_true(qom_add_object("/other/peripheral", "container", &err));
+    g_assert_false(qom_add_object("/machine/peripheral/disk0", "virtio-blk-pci", NULL));
+    g_assert_true(qom_add_property("/machine/peripheral/disk0", "x-data-plane", "bool", get_dp,
+                                   set_dp, NULL, &err));
+    g_assert_true(qom_add_property("/machine/peripheral/disk0", "num", "int", get_num, NULL,
+                                   GINT_TO_POINTER(7), &err));
+    g_assert_false(
+        qom_add_property("/machine/peripheral/disk0", "num", "int", NULL, NULL, NULL, NULL));
+    g_assert_no_error(err);
+    tc_negotiate(c);
+    for (size_t i = 0; ex[i].in; i++) {
+        g_autofree char *got = tc_cmd(c, ex[i].in);
+        g_assert_cmpstr(got, ==, ex[i].out);
+    }
+    /* An asynchronous setter: the reply arrives when the switch completes. */
+    tc_send(c, "{\"execute\":\"qom-set\",\"id\":9,\"arguments\":{\"path\":"
+               "\"/machine/peripheral/disk0\",\"property\":\"x-data-plane\",\"value\":true}}");
+    g_assert_true(tc_quiet(c, 30));
+    g_assert_nonnull(dp_pending);
+    qmp_reply_deferred(dp_pending, NULL, NULL);
+    dp_pending = NULL;
+    tc_expect(c, "{\"return\": {}, \"id\": 9}");
+    g_free(tc_cmd(c, "{\"execute\":\"qom-get\",\"arguments\":{\"path\":"
+                     "\"/machine/peripheral/disk0\",\"property\":\"x-data-plane\"}}"));
+    g_assert_true(qom_del_object("/machine/peripheral"));
+    tc_send(c, "{\"execute\":\"qom-list\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\"}}");
+    tc_expect(c, "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device "
+                 "'/machine/peripheral/disk0' not found\"}}");
+    tc_close(c);
+    test_teardown(mon, path);
+}
+
+/* ---- run state and machine hooks ------------------------------------- */
+
+static int hook_calls[5];
+static bool hook_stop(void *o, GError **e)
+{
+    hook_calls[0]++;
+    return true;
+}
+static bool hook_cont(void *o, GError **e)
+{
+    hook_calls[1]++;
+    return true;
+}
+static bool hook_powerdown(void *o, GError **e)
+{
+    hook_calls[2]++;
+    return true;
+}
+static bool hook_reset(void *o, GError **e)
+{
+    hook_calls[3]++;
+    return true;
+}
+static void hook_quit(void *o)
+{
+    hook_calls[4]++;
+}
+
+static void expect_event(TClient *c, const char *tail)
+{
+    g_autofree char *line = tc_recv(c);
+
+    g_assert_nonnull(line);
+    if (!g_str_has_suffix(line, tail)) {
+        g_error("event %s does not end in %s", line, tail);
+    }
+}
+
+static void test_machine(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    TClient *c = tc_connect(path);
+    QmpMachineHooks hooks = {hook_stop, hook_cont, hook_powerdown, hook_reset, hook_quit, NULL};
+
+    qmp_machine_set_hooks(&hooks);
+    tc_negotiate(c);
+    g_assert_true(qmp_vm_stop(QMP_RUN_STATE_IO_ERROR, NULL));
+    expect_event(c, "\"event\": \"STOP\"}");
+    tc_send(c, "{\"execute\":\"query-status\"}");
+    tc_expect(c, "{\"return\": {\"status\": \"io-error\", \"singlestep\": false, \"running\": "
+                 "false}}");
+    tc_send(c, "{\"execute\":\"cont\"}");
+    expect_event(c, "\"event\": \"RESUME\"}");
+    tc_expect(c, "{\"return\": {}}");
+    tc_send(c, "{\"execute\":\"system_powerdown\"}");
+    expect_event(c, "\"event\": \"POWERDOWN\"}");
+    tc_expect(c, "{\"return\": {}}");
+    tc_send(c, "{\"execute\":\"system_reset\"}");
+    expect_event(c, "\"event\": \"RESET\", \"data\": {\"guest\": false, \"reason\": "
+                    "\"host-qmp-system-reset\"}}");
+    tc_expect(c, "{\"return\": {}}");
+    tc_send(c, "{\"execute\":\"quit\"}");
+    expect_event(c, "\"event\": \"SHUTDOWN\", \"data\": {\"guest\": false, \"reason\": "
+                    "\"host-qmp-quit\"}}");
+    tc_expect(c, "{\"return\": {}}");
+    test_pump(10);
+    tc_send(c, "{\"execute\":\"cont\"}");
+    tc_expect(c, GENERIC("Resetting the Virtual Machine is required"));
+    g_assert_cmpint(hook_calls[0], ==, 1);
+    g_assert_cmpint(hook_calls[1], ==, 1);
+    g_assert_cmpint(hook_calls[2], ==, 1);
+    g_assert_cmpint(hook_calls[3], ==, 1);
+    g_assert_cmpint(hook_calls[4], ==, 1);
+    tc_close(c);
+    test_teardown(mon, path);
+}
+
+/* ---- disconnects ------------------------------------------------------- */
+
+static JsonNode *cmd_big(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    g_autofree char *s = g_malloc(4 << 20);
+    JsonNode *n = json_node_new(JSON_NODE_VALUE);
+
+    memset(s, 'x', (4 << 20) - 1);
+    s[(4 << 20) - 1] = 0;
+    json_node_set_string(n, s);
+    return n;
+}
+
+static void test_disconnect(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    TClient *c;
+    g_autofree char *line = NULL;
+
+    qmp_register_command("x-big", cmd_big, NULL, 0, NULL);
+    for (int i = 0; i < 5; i++) {
+        c = tc_connect(path);
+        tc_negotiate(c);
+        /* 4 MiB reply: the socket buffer fills, then the peer vanishes. */
+        tc_send(c, "{\"execute\":\"x-big\"}{\"execute\":\"x-big\"}");
+        test_pump(5);
+        tc_close(c);
+        qmp_event_emit("TEST_EVENT", NULL);
+        test_pump(5);
+    }
+    /* Half-closed client: the reply still arrives, then the server closes. */
+    c = tc_connect(path);
+    tc_negotiate(c);
+    tc_send(c, "{\"execute\":\"query-status\"}");
+    shutdown(c->fd, SHUT_WR);
+    line = tc_recv(c);
+    g_assert_true(g_str_has_prefix(line, "{\"return\": {\"status\""));
+    g_assert_null(tc_recv(c));
+    tc_close(c);
+    test_pump(5);
+    g_assert_cmpuint(qmp_monitor_client_count(mon), ==, 0);
+    /* A client that never reads is dropped once its backlog passes the limit. */
+    c = tc_connect(path);
+    tc_negotiate(c);
+    for (int i = 0; i < 8; i++) {
+        const char *cmd = "{\"execute\":\"x-big\"}";
+        /* Fails with EPIPE once the server has given up on us. */
+        (void)!send(c->fd, cmd, strlen(cmd), MSG_NOSIGNAL);
+        test_pump(2);
+    }
+    test_pump(20);
+    g_assert_cmpuint(qmp_monitor_client_count(mon), ==, 0);
+    tc_close(c);
+    test_teardown(mon, path);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/qmp/deferred", test_deferred);
+    g_test_add_func("/qmp/qom", test_qom);
+    g_test_add_func("/qmp/machine", test_machine);
+    g_test_add_func("/qmp/disconnect", test_disconnect);
+    return g_test_run();
+}
