@@ -513,6 +513,67 @@ static void test_readonly_and_lbs(void)
     blkfix_cleanup(&f);
 }
 
+static VirtIOBlkReq *held[16];
+static unsigned nheld;
+
+static void hold_submit(void *opaque, VirtIOBlkReq *req)
+{
+    held[nheld++] = req;
+}
+
+static const VirtIOBlkExecOps hold_ops = {.submit = hold_submit};
+
+/*
+ * The dataplane toggle at engine level: drain, hand the ring state to a new
+ * VirtQueue + engine queue (another "thread"), carry on where it stopped.
+ */
+static void test_handoff(void)
+{
+    BlkFix f;
+    uint8_t w[512];
+    VirtQueueState st;
+    VirtQueue *vq2;
+    VirtIOBlkQueue *q2;
+    TestBlkReq a, b;
+    uint64_t feat;
+
+    blkfix_init(&f, NULL);
+    feat = virtio_blk_get_features(f.blk);
+    fill(w, sizeof(w), 7);
+    g_assert_cmpuint(blkfix_do(&f, VIRTIO_BLK_T_OUT, 5, w, 512, NULL), ==, VIRTIO_BLK_S_OK);
+    /* One request in flight on the old owner: hand-over must wait for it. */
+    f.defer = true;
+    a = testblk_submit(f.tvq, VIRTIO_BLK_T_IN, 5, NULL, 512, false);
+    blkfix_run(&f);
+    virtqueue_get_state(f.vq, &st);
+    vq2 = virtqueue_new(testdrv_guestmem(f.drv), 16, testvq_desc_gpa(f.tvq),
+                        testvq_avail_gpa(f.tvq), testvq_used_gpa(f.tvq), feat, NULL);
+    g_assert_cmpuint(virtqueue_inflight(f.vq), ==, 1);
+    blkfix_complete_deferred(&f, 0); /* drain */
+    g_assert_true(virtio_blk_queue_flush(f.q));
+    g_assert_cmpuint(blkfix_used_len(&f, a.head), ==, 513);
+    virtqueue_get_state(f.vq, &st);
+    g_assert_cmpuint(st.last_avail_idx, ==, 2);
+    g_assert_cmpuint(st.used_idx, ==, 2);
+    g_assert(virtqueue_set_state(vq2, &st));
+    q2 = virtio_blk_queue_new(f.blk, vq2, &hold_ops, NULL, NULL);
+    /* Request queued "during the switch" is picked up by the new owner. */
+    b = testblk_submit(f.tvq, VIRTIO_BLK_T_IN, 5, NULL, 512, false);
+    nheld = 0;
+    g_assert_cmpuint(virtio_blk_handle_queue(q2), ==, 1);
+    g_assert_cmpuint(nheld, ==, 1);
+    g_assert_cmpuint(held[0]->op, ==, VIRTIO_BLK_OP_READ);
+    g_assert_cmpuint(held[0]->offset, ==, 5 * 512);
+    memcpy(held[0]->iov[0].iov_base, w, 512); /* the new executor "reads" */
+    virtio_blk_req_complete(held[0], 0);
+    g_assert_true(virtio_blk_queue_flush(q2));
+    g_assert_cmpuint(blkfix_used_len(&f, b.head), ==, 513);
+    g_assert_cmpuint(testblk_status(f.tvq, &b), ==, VIRTIO_BLK_S_OK);
+    virtio_blk_queue_free(q2);
+    virtqueue_free(vq2);
+    blkfix_cleanup(&f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -532,5 +593,6 @@ int main(int argc, char **argv)
     g_test_add_func("/virtio-blk/deferred-errors", test_deferred_errors);
     g_test_add_func("/virtio-blk/pool-full", test_pool_full);
     g_test_add_func("/virtio-blk/readonly-lbs", test_readonly_and_lbs);
+    g_test_add_func("/virtio-blk/handoff", test_handoff);
     return g_test_run();
 }

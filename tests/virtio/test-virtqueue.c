@@ -128,6 +128,32 @@ static void test_region_crossing(void)
     vqf_cleanup(&f);
 }
 
+/* A chain that needs more iovecs than the element holds breaks the queue. */
+static void test_iov_exhausted(void)
+{
+    TestDrvOpts o = {.ram_size = 4 << 20, .nregions = 4, .adjacent = true};
+    Vqf f;
+    uint64_t start;
+    int h;
+
+    vqf_init(&f, 8, F_V1, &o);
+    f.elem.iov_cap = 2;
+    /* One descriptor over three regions needs three iovecs. */
+    start = testdrv_region_gpa(f.d, 1) - 100;
+    h = testvq_add_chain(f.tvq, (TestBuf[]){{start, 100 + testdrv_region_size(f.d, 1) + 100, true}},
+                         1);
+    testvq_publish(f.tvq, h);
+    g_assert_cmpint(virtqueue_pop(f.vq, &f.elem), ==, -EIO);
+    g_assert_true(virtqueue_is_broken(f.vq));
+    g_assert_cmpstr(virtqueue_broken_reason(f.vq), ==,
+                    "descriptor chain needs more iovecs than the element holds");
+    /* Everything is refused from now on. */
+    g_assert_cmpint(virtqueue_pop(f.vq, &f.elem), ==, -EIO);
+    g_assert_false(virtqueue_push(f.vq, h, 0));
+    g_assert_false(virtqueue_has_avail(f.vq));
+    vqf_cleanup(&f);
+}
+
 static void test_setup_rejects(void)
 {
     TestDrv *d = testdrv_new(NULL);
@@ -407,6 +433,7 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/pop-indirect", test_pop_indirect);
     g_test_add_func("/virtqueue/region-crossing", test_region_crossing);
     g_test_add_func("/virtqueue/setup-rejects", test_setup_rejects);
+    g_test_add_func("/virtqueue/iov-exhausted", test_iov_exhausted);
     g_test_add_func("/virtqueue/notify-flags", test_no_event_idx_flags);
     g_test_add_func("/virtqueue/event-idx", test_event_idx);
     g_test_add_func("/virtqueue/state-handoff", test_state_handoff);
