@@ -170,6 +170,12 @@ static bool vq_read_avail_idx(VirtQueue *vq)
         return false;
     }
     vq->shadow_avail_idx = idx;
+    /*
+     * Ring entries covered by this index are read only after it (whoever
+     * pops next). Pairs with the driver's smp_wmb() between writing
+     * avail->ring[] and publishing avail->idx.
+     */
+    smp_rmb();
     return true;
 }
 
@@ -322,12 +328,6 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
         if (vq->last_avail_idx == vq->shadow_avail_idx) {
             return 0;
         }
-        /*
-         * Read the ring entries only after the index that covers them.
-         * Pairs with the driver's smp_wmb() between writing avail->ring[]
-         * and publishing avail->idx.
-         */
-        smp_rmb();
     }
     if (vq->inflight >= vq->num) {
         virtqueue_set_broken(vq, "more buffers in flight than the queue size");
