@@ -278,7 +278,7 @@ static bool parse_member(Parser *ps, JsonObject *obj)
     ps->p++;
     val = parse_value(ps);
     if (val && json_object_has_member(obj, key)) {
-        parse_fail(ps, "duplicate key '%s'", key);
+        parse_fail(ps, "duplicate key");
         json_node_unref(val);
         val = NULL;
     }

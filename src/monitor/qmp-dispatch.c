@@ -354,7 +354,7 @@ static bool check_input(QmpClient *c, JsonObject *obj, QmpInput *in, GError **er
     g_list_free(members);
     if (ok && json_object_has_member(obj, "execute") && json_object_has_member(obj, "exec-oob")) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "QMP input must not have both 'execute' and 'exec-oob'");
+                    "QMP input member 'execute' clashes with 'exec-oob'");
         return false;
     }
     if (ok && !in->execute) {

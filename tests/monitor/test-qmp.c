@@ -70,6 +70,13 @@ static void test_greeting(void)
         {"{\"execute\":\"qmp_capabilities\"}",
          NOT_FOUND("Capabilities negotiation is already complete, command ignored")},
         {"{\"execute\":\"query-version\"}", "{\"return\": " VERSION_RET "}"},
+        {"{\"exec-oob\":\"query-status\",\"id\":3}",
+         "{\"id\": 3, \"error\": {\"class\": \"GenericError\", \"desc\": \"The command "
+         "query-status does not support OOB\"}}"},
+        {"{\"execute\":\"query-status\",\"exec-oob\":\"query-status\"}",
+         GENERIC("QMP input member 'execute' clashes with 'exec-oob'")},
+        {"{\"execute\":\"query-status\",\"id\":1,\"id\":2}",
+         GENERIC("JSON parse error, duplicate key")},
         {"{\"execute\":\"nope\",\"id\":\"x\"}",
          "{\"id\": \"x\", \"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command nope "
          "has not been found\"}}"},
