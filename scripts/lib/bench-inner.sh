@@ -1,11 +1,11 @@
 # Runs inside scripts/nested (busybox sh in L1, or sh on a hardware-KVM host):
 # boots the L2 guest image once per VMM with the same fio jobs on the same
 # backing disk ($VBLK_DISK) and prints the guest's output framed by
-#   BENCH-VMM-BEGIN name=<vmm>  ...  BENCH-VMM-END name=<vmm> rc=<n> secs=<s>
+#   BENCH-VMM-BEGIN name=<vmm> round=<r> ... BENCH-VMM-END name=<vmm> round=<r> rc=<n> secs=<s>
 # and a boot-only run per VMM: BENCH-BOOT name=<vmm> rc=<n> secs=<s>.
 # Parameters come from the environment (set by scripts/bench-guest in bench.env):
 #   BENCH_VMMS (e.g. "qemu vblk-dp-on vblk-dp-off"), BENCH_JOBS (comma list),
-#   BENCH_RUNTIME, BENCH_RAMP, BENCH_MEM, BENCH_SMP, BENCH_AIO, BENCH_TIMEOUT.
+#   BENCH_RUNTIME, BENCH_RAMP, BENCH_MEM, BENCH_SMP, BENCH_AIO, BENCH_TIMEOUT, BENCH_ROUNDS.
 . ./files/bench.env
 
 now() { read -r t _ </proc/uptime; echo "$t"; }
@@ -35,18 +35,32 @@ vmm_run() {
     esac
 }
 
-echo "BENCH-START vmms=\"$BENCH_VMMS\" jobs=$BENCH_JOBS runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP mem=$BENCH_MEM smp=$BENCH_SMP aio=$BENCH_AIO mode=$VBLK_MODE"
+echo "BENCH-START vmms=\"$BENCH_VMMS\" jobs=$BENCH_JOBS runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP mem=$BENCH_MEM smp=$BENCH_SMP aio=$BENCH_AIO rounds=$BENCH_ROUNDS mode=$VBLK_MODE"
+# Boot-only run of each VMM (L2 boots, prints its facts, powers off).
 for v in $BENCH_VMMS; do
     t=$(now)
     vmm_run "$v" "$VBLK_L2_APPEND" >/tmp/boot-$v.log 2>&1
     rc=$?
     grep -q 'VBLK-EXIT 0' /tmp/boot-$v.log || { [ $rc -eq 0 ] && rc=99; tail -20 /tmp/boot-$v.log; }
+    grep -E '^VBLK-(INFO|IRQ)' /tmp/boot-$v.log | sed "s/^/BENCH-FACT name=$v /"
     echo "BENCH-BOOT name=$v rc=$rc secs=$(since "$t")"
-    echo "BENCH-VMM-BEGIN name=$v"
-    t=$(now)
-    vmm_run "$v" "$VBLK_L2_APPEND vblk.job=$BENCH_JOBS vblk.runtime=$BENCH_RUNTIME vblk.ramp=$BENCH_RAMP"
-    rc=$?
-    echo
-    echo "BENCH-VMM-END name=$v rc=$rc secs=$(since "$t")"
+done
+# Job runs: rounds interleave the VMMs, every other round in reverse order,
+# so a noisy neighbour on the shared host hits all of them alike.
+rev=""
+for v in $BENCH_VMMS; do rev="$v $rev"; done
+r=1
+while [ $r -le "$BENCH_ROUNDS" ]; do
+    order=$BENCH_VMMS
+    [ $((r % 2)) -eq 0 ] && order=$rev
+    for v in $order; do
+        echo "BENCH-VMM-BEGIN name=$v round=$r"
+        t=$(now)
+        vmm_run "$v" "$VBLK_L2_APPEND vblk.job=$BENCH_JOBS vblk.runtime=$BENCH_RUNTIME vblk.ramp=$BENCH_RAMP"
+        rc=$?
+        echo
+        echo "BENCH-VMM-END name=$v round=$r rc=$rc secs=$(since "$t")"
+    done
+    r=$((r + 1))
 done
 echo "BENCH-DONE"

@@ -6,6 +6,7 @@ vblk/QEMU ratios, and the final line
 Usage: bench-report.py LOG [--json OUT]"""
 import json
 import re
+import statistics
 import sys
 
 BASE = "qemu"
@@ -28,7 +29,8 @@ def parse(path):
                     pre = line.split("===VBLK-FIO-JSON-END===")[0]
                     buf.append(pre)
                     try:
-                        runs.setdefault(vmm, {})[job] = metrics(json.loads("\n".join(buf)))
+                        runs.setdefault(vmm, {}).setdefault(job, []).append(
+                            metrics(json.loads("\n".join(buf))))
                     except ValueError as e:
                         print(f"warning: bad JSON for {vmm}/{job}: {e}", file=sys.stderr)
                     buf = None
@@ -42,11 +44,12 @@ def parse(path):
             m = re.search(r"BENCH-VMM-BEGIN name=(\S+)", line)
             if m:
                 vmm = m.group(1)
-                order.append(vmm)
+                if vmm not in order:
+                    order.append(vmm)
                 continue
-            m = re.search(r"BENCH-VMM-END name=(\S+) rc=(\d+) secs=([\d.]+)", line)
+            m = re.search(r"BENCH-VMM-END name=(\S+)(?: round=\d+)? rc=(\d+) secs=([\d.]+)", line)
             if m:
-                status[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+                status.setdefault(m.group(1), []).append((int(m.group(2)), float(m.group(3))))
                 continue
             m = re.search(r"VBLK-FIO-JOB name=(\S+)", line)
             if m:
@@ -54,11 +57,20 @@ def parse(path):
                 continue
             if "===VBLK-FIO-JSON-BEGIN===" in line:
                 buf = []
-    return order, runs, boots, status
+    # median over rounds of each metric; keep the spread of IOPS
+    agg = {}
+    for v, js in runs.items():
+        for j, ms in js.items():
+            a = {k: statistics.median(m[k] for m in ms) for k in ("iops", "mean_us", "p99_us")}
+            a["n"] = len(ms)
+            a["iops_min"] = min(m["iops"] for m in ms)
+            a["iops_max"] = max(m["iops"] for m in ms)
+            agg.setdefault(v, {})[j] = a
+    return order, agg, boots, status
 
 
 def metrics(doc):
-    """IOPS (read+write), mean completion+submission latency and p99 clat, in us."""
+    """IOPS (read+write), mean total (submission+completion)+submission latency and p99 clat, in us."""
     jobs = doc["jobs"]
     iops = 0.0
     lat_sum = 0.0
@@ -93,21 +105,22 @@ def main():
             if j not in jobs:
                 jobs.append(j)
     print()
-    print(f"{'vmm':<13} {'job':<22} {'IOPS':>10} {'mean lat us':>12} {'p99 lat us':>11}")
-    print("-" * 72)
+    print(f"{'vmm':<13} {'job':<22} {'IOPS':>10} {'mean lat us':>12} {'p99 lat us':>11}  {'rounds (IOPS min-max)'}")
+    print("-" * 96)
     for v in order:
         for j in jobs:
             m = runs.get(v, {}).get(j)
             if m:
-                print(f"{v:<13} {j:<22} {m['iops']:>10.0f} {m['mean_us']:>12.1f} {m['p99_us']:>11.1f}")
+                print(f"{v:<13} {j:<22} {m['iops']:>10.0f} {m['mean_us']:>12.1f} {m['p99_us']:>11.1f}"
+                      f"  {m['n']} ({m['iops_min']:.0f}-{m['iops_max']:.0f})")
             else:
                 print(f"{v:<13} {j:<22} {'(no result)':>10}")
     print()
     for v in order:
         b = boots.get(v)
-        s = status.get(v)
+        st = status.get(v, [])
         print(f"{v:<13} boot-only run {b[1] if b else float('nan'):.1f} s (rc {b[0] if b else '?'}),"
-              f" job run {s[1] if s else float('nan'):.1f} s (rc {s[0] if s else '?'})")
+              f" job runs " + ", ".join(f"{x[1]:.1f} s (rc {x[0]})" for x in st))
     others = [v for v in order if v != BASE]
     if BASE in runs and others:
         print()
@@ -129,7 +142,7 @@ def main():
         return fmt_ratio(a and a["iops"], b and b["iops"])
     print()
     print(f"BENCH guest qd32_ratio={ratio('randread-4k-qd32')} qd1_ratio={ratio('randread-4k-qd1')}")
-    ok = BASE in runs and all(status.get(v, (1,))[0] == 0 for v in order)
+    ok = BASE in runs and all(st and all(x[0] == 0 for x in st) for st in (status.get(v) for v in order))
     return 0 if ok else 1
 
 
