@@ -1,0 +1,522 @@
+/*
+ * virtio-blk data plane: the glue between the request engine (virtio-blk.c),
+ * the IOQ engines (ioq*.c) and an iothread's event loop. See
+ * include/vblk/dataplane.h for the lifecycle.
+ *
+ * Hot path, all in the iothread:
+ *   host notifier readable -> handle_kick() -> process_queue():
+ *       virtio_blk_handle_queue() pops every chain with kicks suppressed and
+ *       calls dp_submit() per request (fill the IOQReq of the same slot index,
+ *       ioq_enqueue) and dp_batch_end() once (ioq_submit: one syscall)
+ *   IOQ eventfd readable -> handle_completions() -> ioq_process_completions()
+ *       -> dp_complete() per request (virtio_blk_req_complete) -> one used-idx
+ *       publish and at most one irqfd write per queue per batch
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "vblk/dataplane.h"
+
+#define DATAPLANE_ERROR g_quark_from_static_string("vblk-dataplane-error")
+
+typedef struct DPQueue {
+    struct DataPlane *dp;
+    unsigned idx;
+    VirtIOBlkQueue *q;
+    int host_fd;
+    int guest_fd;
+    IOQReq *ioreqs; /* one per request slot, indexed by VirtIOBlkReq.idx */
+    DataPlaneQueueStats st;
+} DPQueue;
+
+struct DataPlane {
+    VirtIOBlk *blk;
+    IOThread *iothread;
+    EventLoop *loop;
+    IOQ *ioq;
+    unsigned nq;
+    unsigned qsize;
+    bool started;           /* written by the control thread, read anywhere */
+    uint64_t touched;       /* iothread: queues with pushed, unpublished completions */
+    uint64_t submit_cycles; /* iothread: cycles spent in batch_end this pass */
+    DPQueue queues[];
+};
+
+/* Single-writer counters: the iothread stores, any thread loads. */
+static inline void stat_add(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t stat_get(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static const IOQOp op_map[] = {
+    [VIRTIO_BLK_OP_READ] = IOQ_OP_READ,
+    [VIRTIO_BLK_OP_WRITE] = IOQ_OP_WRITE,
+    [VIRTIO_BLK_OP_FLUSH] = IOQ_OP_FLUSH,
+    [VIRTIO_BLK_OP_DISCARD] = IOQ_OP_DISCARD,
+    [VIRTIO_BLK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
+};
+
+/* ---- completion side ---- */
+
+static void dp_complete(IOQReq *ior, int ret)
+{
+    VirtIOBlkReq *req = ior->opaque;
+    DPQueue *dq = req->exec_opaque;
+    DataPlane *dp = dq->dp;
+
+    /*
+     * Writethrough (the guest turned the write cache off, or never got
+     * FLUSH): a write completes only once it is stable, so chain a flush on
+     * the same slot. The IOQ orders it after this write.
+     */
+    if (ret == 0 && ior->op == IOQ_OP_WRITE && !virtio_blk_get_writeback(dp->blk)) {
+        ior->op = IOQ_OP_FLUSH;
+        ior->offset = 0;
+        ior->len = 0;
+        ior->iov = NULL;
+        ior->niov = 0;
+        ret = ioq_enqueue(dp->ioq, ior);
+        if (ret == 0) {
+            return; /* submitted by the caller of process_completions */
+        }
+    }
+    virtio_blk_req_complete(req, ret);
+    dp->touched |= 1ull << dq->idx;
+    stat_add(&dq->st.completed, 1);
+    stat_add(&dq->st.inflight, (uint64_t)-1);
+}
+
+/* Publish completions of the touched queues; one irqfd write per queue. */
+static void notify_guests(DataPlane *dp)
+{
+    static const uint64_t one = 1;
+
+    while (dp->touched) {
+        DPQueue *dq = &dp->queues[__builtin_ctzll(dp->touched)];
+        uint64_t t0 = __rdtsc();
+
+        dp->touched &= dp->touched - 1;
+        if (virtio_blk_queue_flush(dq->q)) {
+            /* Best effort: a full eventfd counter still means "pending". */
+            if (write(dq->guest_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+                g_warning("dataplane: guest notifier write failed: %s", g_strerror(errno));
+            }
+            stat_add(&dq->st.irqs, 1);
+        } else {
+            stat_add(&dq->st.irqs_suppressed, 1);
+        }
+        stat_add(&dq->st.cycles_notify, __rdtsc() - t0);
+    }
+}
+
+/* ---- submission side ---- */
+
+static void dp_submit(void *opaque, VirtIOBlkReq *req)
+{
+    DPQueue *dq = opaque;
+    IOQReq *ior = &dq->ioreqs[req->idx];
+    int ret;
+
+    req->exec_opaque = dq;
+    ior->op = op_map[req->op];
+    ior->offset = req->offset;
+    ior->len = req->len;
+    ior->iov = req->iov;
+    ior->niov = (int)req->niov;
+    ior->may_unmap = req->unmap;
+    ior->cb = dp_complete;
+    ior->opaque = req;
+    stat_add(&dq->st.inflight, 1);
+    ret = ioq_enqueue(dq->dp->ioq, ior);
+    if (ret < 0) {
+        /* Refused up front (e.g. misaligned for O_DIRECT): an I/O error. */
+        virtio_blk_req_complete(req, ret);
+        dq->dp->touched |= 1ull << dq->idx;
+        stat_add(&dq->st.completed, 1);
+        stat_add(&dq->st.inflight, (uint64_t)-1);
+    }
+}
+
+static void dp_batch_end(void *opaque)
+{
+    DPQueue *dq = opaque;
+    uint64_t t0 = __rdtsc();
+
+    ioq_submit(dq->dp->ioq);
+    dq->dp->submit_cycles = __rdtsc() - t0;
+}
+
+static const VirtIOBlkExecOps dp_exec_ops = {
+    .submit = dp_submit,
+    .batch_end = dp_batch_end,
+};
+
+/* Pop and submit everything available on @dq, then publish completions. */
+static bool process_queue(DPQueue *dq)
+{
+    DataPlane *dp = dq->dp;
+    unsigned popped, total = 0;
+
+    do {
+        uint64_t t0 = __rdtsc(), t1;
+
+        dp->submit_cycles = 0;
+        popped = virtio_blk_handle_queue(dq->q);
+        t1 = __rdtsc();
+        if (popped) {
+            stat_add(&dq->st.requests, popped);
+            stat_add(&dq->st.batches, 1);
+            stat_add(&dq->st.cycles_submit, dp->submit_cycles);
+            stat_add(&dq->st.cycles_pop, t1 - t0 - dp->submit_cycles);
+            dp->touched |= 1ull << dq->idx; /* inline completions (GET_ID, errors) */
+        }
+        total += popped;
+        /* A pass stops at the queue size; continue while it makes progress. */
+    } while (popped && virtio_blk_queue_pending(dq->q));
+    notify_guests(dp);
+    return total > 0;
+}
+
+static void handle_kick(void *opaque)
+{
+    DPQueue *dq = opaque;
+    uint64_t cnt;
+
+    /* Clear the doorbell first: a kick after this read wakes us again. */
+    if (read(dq->host_fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
+        return;
+    }
+    stat_add(&dq->st.kicks, 1);
+    process_queue(dq);
+}
+
+/* Adaptive polling of the avail ring (only when the loop polls). */
+static bool poll_queue(void *opaque)
+{
+    DPQueue *dq = opaque;
+
+    if (!virtqueue_has_avail(virtio_blk_queue_get_vq(dq->q))) {
+        return false;
+    }
+    return process_queue(dq);
+}
+
+static void poll_begin(void *opaque)
+{
+    DPQueue *dq = opaque;
+
+    virtqueue_disable_notification(virtio_blk_queue_get_vq(dq->q));
+}
+
+static void poll_end(void *opaque)
+{
+    DPQueue *dq = opaque;
+
+    /* The loop polls once more after this, catching a racing chain. */
+    virtqueue_enable_notification(virtio_blk_queue_get_vq(dq->q));
+}
+
+static const EventFdOps kick_ops = {
+    .read = handle_kick,
+    .poll = poll_queue,
+    .poll_begin = poll_begin,
+    .poll_end = poll_end,
+};
+
+static void reap(DataPlane *dp)
+{
+    uint64_t t0 = __rdtsc();
+    unsigned n;
+    uint64_t touched, share;
+
+    n = ioq_process_completions(dp->ioq);
+    ioq_submit(dp->ioq); /* writethrough flushes chained by dp_complete */
+    if (!n) {
+        return;
+    }
+    /* Attribute the reaping cost evenly to the queues that completed something. */
+    touched = dp->touched;
+    share = (__rdtsc() - t0) / (uint64_t)(touched ? __builtin_popcountll(touched) : 1);
+    while (touched) {
+        DPQueue *dq = &dp->queues[__builtin_ctzll(touched)];
+
+        touched &= touched - 1;
+        stat_add(&dq->st.cycles_complete, share);
+    }
+    notify_guests(dp);
+    /* Slots were freed: a queue that hit its cap may have more to pop. */
+    for (unsigned i = 0; i < dp->nq; i++) {
+        if (virtio_blk_queue_pending(dp->queues[i].q)) {
+            process_queue(&dp->queues[i]);
+        }
+    }
+}
+
+static void handle_completions(void *opaque)
+{
+    DataPlane *dp = opaque;
+    uint64_t cnt;
+
+    if (read(ioq_get_fd(dp->ioq), &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
+        return;
+    }
+    reap(dp);
+}
+
+static bool poll_completions(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    if (!ioq_inflight(dp->ioq)) {
+        return false;
+    }
+    if (!ioq_process_completions(dp->ioq)) {
+        return false;
+    }
+    ioq_submit(dp->ioq);
+    notify_guests(dp);
+    return true;
+}
+
+static const EventFdOps completion_ops = {
+    .read = handle_completions,
+    .poll = poll_completions,
+};
+
+/* ---- lifecycle (control thread; the _in_thread halves run in the iothread) ---- */
+
+/* Context: control thread */
+DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
+{
+    DataPlane *dp;
+    IOQConfig ioqc = conf->ioq;
+
+    if (!conf->blk || !conf->iothread || conf->num_queues == 0 ||
+        conf->num_queues > DATAPLANE_MAX_QUEUES || conf->queue_size == 0 ||
+        conf->queue_size > VIRTIO_BLK_MAX_QUEUE_SIZE) {
+        g_set_error(errp, DATAPLANE_ERROR, 0, "dataplane: invalid configuration (%u queues of %u)",
+                    conf->num_queues, conf->queue_size);
+        return NULL;
+    }
+    if (!ioqc.queue_depth) {
+        ioqc.queue_depth = conf->num_queues * conf->queue_size;
+    }
+    dp = g_malloc0(sizeof(*dp) + conf->num_queues * sizeof(DPQueue));
+    dp->blk = conf->blk;
+    dp->iothread = conf->iothread;
+    dp->loop = iothread_get_loop(conf->iothread);
+    dp->nq = conf->num_queues;
+    dp->qsize = conf->queue_size;
+    dp->ioq = ioq_new(&ioqc, errp);
+    if (!dp->ioq) {
+        g_free(dp);
+        return NULL;
+    }
+    for (unsigned i = 0; i < dp->nq; i++) {
+        dp->queues[i].dp = dp;
+        dp->queues[i].idx = i;
+        dp->queues[i].host_fd = -1;
+        dp->queues[i].guest_fd = -1;
+        dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
+    }
+    return dp;
+}
+
+typedef struct StartArgs {
+    DataPlane *dp;
+    GError *err;
+} StartArgs;
+
+static void start_in_thread(void *opaque)
+{
+    StartArgs *a = opaque;
+    DataPlane *dp = a->dp;
+
+    if (!event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), &completion_ops, dp, &a->err)) {
+        return;
+    }
+    for (unsigned i = 0; i < dp->nq; i++) {
+        if (!event_loop_set_fd_handler(dp->loop, dp->queues[i].host_fd, &kick_ops, &dp->queues[i],
+                                       &a->err)) {
+            while (i-- > 0) {
+                event_loop_set_fd_handler(dp->loop, dp->queues[i].host_fd, NULL, NULL, NULL);
+            }
+            event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), NULL, NULL, NULL);
+            return;
+        }
+    }
+    /* Kick once: requests queued while nobody was watching the notifier. */
+    for (unsigned i = 0; i < dp->nq; i++) {
+        process_queue(&dp->queues[i]);
+    }
+}
+
+/* Context: control thread */
+bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GError **errp)
+{
+    StartArgs a = {.dp = dp};
+
+    if (dp->started) {
+        return true;
+    }
+    if (n != dp->nq) {
+        g_set_error(errp, DATAPLANE_ERROR, 0, "dataplane: %u queues given, %u configured", n,
+                    dp->nq);
+        return false;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        VirtQueue *vq = virtio_blk_queue_get_vq(queues[i].q);
+
+        if (virtqueue_num(vq) > dp->qsize || virtio_blk_queue_inflight(queues[i].q)) {
+            g_set_error(errp, DATAPLANE_ERROR, 0,
+                        "dataplane: queue %u is larger than %u or has requests in flight", i,
+                        dp->qsize);
+            return false;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        DPQueue *dq = &dp->queues[i];
+
+        dq->q = queues[i].q;
+        dq->host_fd = queues[i].host_notifier;
+        dq->guest_fd = queues[i].guest_notifier;
+        /* Both notifiers are read/written without ever blocking the iothread. */
+        fcntl(dq->host_fd, F_SETFL, fcntl(dq->host_fd, F_GETFL) | O_NONBLOCK);
+        fcntl(dq->guest_fd, F_SETFL, fcntl(dq->guest_fd, F_GETFL) | O_NONBLOCK);
+        virtqueue_invalidate_signalled_used(virtio_blk_queue_get_vq(dq->q));
+        virtio_blk_queue_set_exec(dq->q, &dp_exec_ops, dq);
+    }
+    /* The synchronous hand-over is the barrier that gives the iothread the queues. */
+    iothread_run_sync(dp->iothread, start_in_thread, &a);
+    if (a.err) {
+        for (unsigned i = 0; i < n; i++) {
+            virtio_blk_queue_set_exec(dp->queues[i].q, NULL, NULL);
+        }
+        g_propagate_error(errp, a.err);
+        return false;
+    }
+    __atomic_store_n(&dp->started, true, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* Wait for every request, including flushes chained by writethrough completions. */
+static void drain_in_thread(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    while (ioq_inflight(dp->ioq)) {
+        ioq_submit(dp->ioq);
+        ioq_drain(dp->ioq);
+    }
+    notify_guests(dp);
+}
+
+static void stop_in_thread(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    for (unsigned i = 0; i < dp->nq; i++) {
+        DPQueue *dq = &dp->queues[i];
+        uint64_t cnt;
+
+        event_loop_set_fd_handler(dp->loop, dq->host_fd, NULL, NULL, NULL);
+        /*
+         * Test-and-clear the doorbell: whatever it announced is still in the
+         * avail ring, and the next owner makes one pass when it starts.
+         */
+        while (read(dq->host_fd, &cnt, sizeof(cnt)) > 0) {
+        }
+    }
+    drain_in_thread(dp);
+    event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), NULL, NULL, NULL);
+}
+
+/* Context: control thread */
+void dataplane_stop(DataPlane *dp)
+{
+    if (!dp->started) {
+        return;
+    }
+    iothread_run_sync(dp->iothread, stop_in_thread, dp);
+    for (unsigned i = 0; i < dp->nq; i++) {
+        DPQueue *dq = &dp->queues[i];
+
+        virtio_blk_queue_set_exec(dq->q, NULL, NULL);
+        /* The next owner decides about interrupts afresh. */
+        virtqueue_invalidate_signalled_used(virtio_blk_queue_get_vq(dq->q));
+        dq->q = NULL;
+    }
+    __atomic_store_n(&dp->started, false, __ATOMIC_RELEASE);
+}
+
+/* Context: control thread */
+void dataplane_drain(DataPlane *dp)
+{
+    if (dp->started) {
+        iothread_run_sync(dp->iothread, drain_in_thread, dp);
+    }
+}
+
+static void free_ioq_in_thread(void *opaque)
+{
+    ioq_free(opaque);
+}
+
+/* Context: control thread */
+void dataplane_destroy(DataPlane *dp)
+{
+    if (!dp) {
+        return;
+    }
+    dataplane_stop(dp);
+    iothread_run_sync(dp->iothread, free_ioq_in_thread, dp->ioq);
+    for (unsigned i = 0; i < dp->nq; i++) {
+        g_free(dp->queues[i].ioreqs);
+    }
+    g_free(dp);
+}
+
+/* Context: any thread */
+bool dataplane_is_started(DataPlane *dp)
+{
+    return __atomic_load_n(&dp->started, __ATOMIC_ACQUIRE);
+}
+
+/* Context: any thread */
+void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats *st)
+{
+    const DataPlaneQueueStats *s;
+
+    memset(st, 0, sizeof(*st));
+    if (qidx >= dp->nq) {
+        return;
+    }
+    s = &dp->queues[qidx].st;
+    st->requests = stat_get(&s->requests);
+    st->completed = stat_get(&s->completed);
+    st->batches = stat_get(&s->batches);
+    st->kicks = stat_get(&s->kicks);
+    st->irqs = stat_get(&s->irqs);
+    st->irqs_suppressed = stat_get(&s->irqs_suppressed);
+    st->inflight = stat_get(&s->inflight);
+    st->cycles_pop = stat_get(&s->cycles_pop);
+    st->cycles_submit = stat_get(&s->cycles_submit);
+    st->cycles_complete = stat_get(&s->cycles_complete);
+    st->cycles_notify = stat_get(&s->cycles_notify);
+}
+
+/* Context: any thread */
+void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
+{
+    ioq_get_stats(dp->ioq, st);
+}
