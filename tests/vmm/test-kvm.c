@@ -1,0 +1,271 @@
+/*
+ * Tiny-guest KVM tests: a few bytes of 64-bit code, entered through the same
+ * boot state vblk gives Linux, write to the UART and reset through port 0x64.
+ * Skipped (visibly) when /dev/kvm is not usable.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glib.h>
+#include <glib-unix.h>
+#include <glib/gstdio.h>
+#include <sys/wait.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vblk/boot.h"
+#include "vblk/console.h"
+#include "vblk/ports.h"
+#include "vblk/vmm.h"
+
+/* Prints the NUL-terminated string that follows the code, then resets. */
+static const uint8_t hello_code[] = {
+    0x66, 0xba, 0xf8, 0x03,                   /* mov dx, 0x3f8 */
+    0x48, 0x8d, 0x35, 0x0f, 0x00, 0x00, 0x00, /* lea rsi, [rip + 15] */
+    0xac,                                     /* 1: lodsb */
+    0x84, 0xc0,                               /* test al, al */
+    0x74, 0x03,                               /* jz 2f */
+    0xee,                                     /* out dx, al */
+    0xeb, 0xf8,                               /* jmp 1b */
+    0xb0, 0xfe,                               /* 2: mov al, 0xfe */
+    0xe6, 0x64,                               /* out 0x64, al */
+    0xf4,                                     /* 3: hlt */
+    0xeb, 0xfd,                               /* jmp 3b */
+};
+
+/* Reads an unclaimed port and unclaimed MMIO, echoes both to the UART, resets. */
+static const uint8_t probe_code[] = {
+    0x66, 0xba, 0xf8, 0x02,                      /* mov dx, 0x2f8 (no UART there) */
+    0xec,                                        /* in al, dx */
+    0x66, 0xba, 0xf8, 0x03,                      /* mov dx, 0x3f8 */
+    0xee,                                        /* out dx, al */
+    0x48, 0xbb, 0,    0,    0, 0xd0, 0, 0, 0, 0, /* mov rbx, 0xd0000000 (hole) */
+    0x8b, 0x03,                                  /* mov eax, [rbx] */
+    0xee,                                        /* out dx, al */
+    0xb0, 0xfe, 0xe6, 0x64,                      /* mov al, 0xfe; out 0x64, al */
+    0xf4, 0xeb, 0xfd,                            /* hlt; jmp hlt */
+};
+
+static bool kvm_usable(void)
+{
+    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+
+    if (fd < 0) {
+        g_test_skip("/dev/kvm is not usable here; tiny-guest tests skipped");
+        return false;
+    }
+    close(fd);
+    return true;
+}
+
+typedef struct Guest {
+    Vm *vm;
+    Console *con;
+    LegacyPorts *ports;
+    int out[2];
+} Guest;
+
+static void guest_create(Guest *g, unsigned ncpus, const uint8_t *code, size_t len, const char *msg)
+{
+    VmConfig cfg = {.ram_size = 4 << 20, .ncpus = ncpus};
+    GError *err = NULL;
+    size_t n;
+    const VmRamRegion *r;
+    uint8_t *dst;
+
+    g->vm = vm_new(&cfg, &err);
+    g_assert_no_error(err);
+    g_assert_true(g_unix_open_pipe(g->out, FD_CLOEXEC, NULL));
+    g->con = console_new_fds(g->vm, -1, g->out[1], &err);
+    g_assert_no_error(err);
+    g->ports = legacy_ports_new(g->vm, &err);
+    g_assert_no_error(err);
+    r = vm_ram_regions(g->vm, &n);
+    g_assert_cmpuint(n, ==, 1);
+    g_assert_true(boot_setup_cpu_tables(r, n, &err));
+    dst = vm_gpa_to_hva(g->vm, BOOT_KERNEL_ADDR, len + 64);
+    memcpy(dst, code, len);
+    if (msg) {
+        memcpy(dst + len, msg, strlen(msg) + 1);
+    }
+    g_assert_true(vm_create_vcpus(g->vm, &err));
+    g_assert_no_error(err);
+    g_assert_true(vm_setup_boot_cpu(g->vm, BOOT_KERNEL_ADDR, BOOT_ZERO_PAGE, &err));
+    g_assert_no_error(err);
+}
+
+static char *guest_finish(Guest *g)
+{
+    GString *s = g_string_new(NULL);
+    char buf[256];
+    ssize_t r;
+
+    vm_pause(g->vm);
+    console_free(g->con);
+    legacy_ports_free(g->ports);
+    vm_free(g->vm);
+    close(g->out[1]);
+    while ((r = read(g->out[0], buf, sizeof(buf))) > 0) {
+        g_string_append_len(s, buf, r);
+    }
+    close(g->out[0]);
+    return g_string_free(s, FALSE);
+}
+
+static void test_hello(void)
+{
+    Guest g;
+    g_autofree char *out = NULL;
+    GError *err = NULL;
+    VmStats st;
+
+    if (!kvm_usable()) {
+        return;
+    }
+    guest_create(&g, 1, hello_code, sizeof(hello_code), "hello, vblk\n");
+    g_assert_true(vm_start(g.vm, false, &err));
+    g_assert_cmpint(vm_wait_exit(g.vm), ==, 0);
+    g_assert_cmpint(vm_exit_reason(g.vm), ==, VM_EXIT_RESET);
+    vm_get_stats(g.vm, &st);
+    g_assert_cmpuint(st.exits_pio, ==, strlen("hello, vblk\n") + 1);
+    g_assert_cmpuint(st.unhandled_pio, ==, 0);
+    out = guest_finish(&g);
+    g_assert_cmpstr(out, ==, "hello, vblk\n");
+}
+
+static void test_unhandled_accesses(void)
+{
+    Guest g;
+    g_autofree char *out = NULL;
+    VmStats st;
+
+    if (!kvm_usable()) {
+        return;
+    }
+    guest_create(&g, 1, probe_code, sizeof(probe_code), NULL);
+    g_assert_true(vm_start(g.vm, false, NULL));
+    g_assert_cmpint(vm_wait_exit(g.vm), ==, 0);
+    vm_get_stats(g.vm, &st);
+    g_assert_cmpuint(st.unhandled_pio, ==, 1);
+    g_assert_cmpuint(st.unhandled_mmio, ==, 1);
+    g_assert_cmpuint(st.exits_mmio, ==, 1);
+    out = guest_finish(&g);
+    g_assert_cmpmem(out, strlen(out), "\xff\xff", 2); /* all ones, and the VM lived on */
+}
+
+/* -S: nothing runs until resumed; a second vCPU waits for SIPI without trouble. */
+static void test_paused_start_smp(void)
+{
+    Guest g;
+    g_autofree char *out = NULL;
+    char buf[8];
+
+    if (!kvm_usable()) {
+        return;
+    }
+    guest_create(&g, 2, hello_code, sizeof(hello_code), "smp\n");
+    g_assert_true(vm_start(g.vm, true, NULL));
+    g_usleep(50000);
+    g_assert_false(vm_is_running(g.vm));
+    g_assert_true(g_unix_set_fd_nonblocking(g.out[0], TRUE, NULL));
+    g_assert_cmpint(read(g.out[0], buf, sizeof(buf)), ==, -1);
+    g_assert_cmpint(errno, ==, EAGAIN);
+    g_assert_true(g_unix_set_fd_nonblocking(g.out[0], FALSE, NULL));
+    vm_resume(g.vm);
+    g_assert_cmpint(vm_wait_exit(g.vm), ==, 0);
+    out = guest_finish(&g);
+    g_assert_cmpstr(out, ==, "smp\n");
+}
+
+/* A synthetic bzImage whose 64-bit entry is hello_code, for the vblk binary. */
+static char *write_tiny_bzimage(const char *dir, const char *msg)
+{
+    size_t setup = 1024, len = setup + 0x200 + sizeof(hello_code) + strlen(msg) + 1;
+    g_autofree uint8_t *img = g_malloc0(len);
+    char *path = g_build_filename(dir, "tiny.bzImage", NULL);
+
+    img[0x1f1] = 1;
+    img[0x1fe] = 0x55;
+    img[0x1ff] = 0xaa;
+    img[0x201] = 0x66;
+    memcpy(img + 0x202, "HdrS", 4);
+    img[0x206] = 0x0f;
+    img[0x207] = 0x02;
+    *(uint32_t *)(img + 0x22c) = 0x7fffffff;
+    *(uint16_t *)(img + 0x236) = 0x7f;
+    *(uint32_t *)(img + 0x238) = 2047;
+    *(uint64_t *)(img + 0x258) = 0x1000000;
+    *(uint32_t *)(img + 0x260) = 0x100000;
+    memcpy(img + setup + 0x200, hello_code, sizeof(hello_code));
+    memcpy(img + setup + 0x200 + sizeof(hello_code), msg, strlen(msg) + 1);
+    g_assert_true(g_file_set_contents(path, (char *)img, len, NULL));
+    return path;
+}
+
+static int run_vblk(const char *args, char **out, char **err)
+{
+    const char *bin = g_getenv("VBLK_BIN");
+    g_autofree char *cmd = g_strdup_printf("%s %s", bin, args);
+    g_auto(GStrv) argv = NULL;
+    int status = -1;
+
+    g_assert_true(g_shell_parse_argv(cmd, NULL, &argv, NULL));
+    g_assert_true(g_spawn_sync(NULL, argv, NULL, G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL, out, err,
+                               &status, NULL));
+    return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
+}
+
+static void test_cli(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("vblk-kvm-XXXXXX", NULL);
+    g_autofree char *kernel = write_tiny_bzimage(dir, "Hello from tiny guest\n");
+    g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
+    g_autofree char *args = NULL;
+    g_autofree char *logged = NULL;
+    char *out, *err;
+
+    if (!g_getenv("VBLK_BIN")) {
+        g_test_skip("VBLK_BIN not set");
+        return;
+    }
+    /* Bad command lines never need KVM. */
+    g_assert_cmpint(run_vblk("-m 64 -bogus", &out, &err), ==, 1);
+    g_assert_cmpstr(err, ==, "vblk: -bogus: invalid or unsupported option (see --help)\n");
+    g_free(out);
+    g_free(err);
+    if (!kvm_usable()) {
+        return;
+    }
+    args = g_strdup_printf("-m 32 -smp 2 -kernel %s -nographic -append 'console=ttyS0'", kernel);
+    g_assert_cmpint(run_vblk(args, &out, &err), ==, 0);
+    g_assert_cmpstr(out, ==, "Hello from tiny guest\n");
+    g_free(out);
+    g_free(err);
+    g_free(args);
+    args = g_strdup_printf("-m 32M -kernel %s -serial file:%s -display none", kernel, log);
+    g_assert_cmpint(run_vblk(args, &out, &err), ==, 0);
+    g_assert_cmpstr(out, ==, "");
+    g_assert_true(g_file_get_contents(log, &logged, NULL, NULL));
+    g_assert_cmpstr(logged, ==, "Hello from tiny guest\n");
+    g_free(out);
+    g_free(err);
+    g_free(args);
+    /* A kernel that needs more RAM than given: one line, status 1. */
+    args = g_strdup_printf("-m 8 -kernel %s -nographic", kernel);
+    g_assert_cmpint(run_vblk(args, &out, &err), ==, 1);
+    g_assert_nonnull(strstr(err, "-m: "));
+    g_free(out);
+    g_free(err);
+    g_unlink(kernel);
+    g_unlink(log);
+    g_rmdir(dir);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/vmm/kvm/hello", test_hello);
+    g_test_add_func("/vmm/kvm/unhandled-accesses", test_unhandled_accesses);
+    g_test_add_func("/vmm/kvm/paused-start-smp", test_paused_start_smp);
+    g_test_add_func("/vmm/kvm/cli", test_cli);
+    return g_test_run();
+}
