@@ -6,12 +6,11 @@
 
 #include "vblk/ports.h"
 
-#define I8042_DATA      0x60
-#define I8042_CMD       0x64
-#define I8042_CMD_RESET 0xfe
-#define POST_PORT       0x80
-#define PORT92          0x92
-#define CMOS_PORT       0x70
+#define I8042_DATA 0x60
+#define I8042_CMD  0x64
+#define POST_PORT  0x80
+#define PORT92     0x92
+#define CMOS_PORT  0x70
 
 #define RTC_SECONDS 0x00
 #define RTC_MINUTES 0x02
@@ -26,9 +25,14 @@
 #define RTC_REG_D   0x0d
 #define RTC_CENTURY 0x32
 
+#define I8042_CTR_DEFAULT 0x65 /* kbd interrupt, system flag, aux disabled, translate */
+#define I8042_CTR_KBD_OFF 0x10
+#define I8042_CTR_AUX_OFF 0x20
+
 struct LegacyPorts {
     Vm *vm;
     Cmos cmos;
+    I8042 kbd;
     uint8_t port92;
 };
 
@@ -131,21 +135,130 @@ void cmos_write(Cmos *cmos, unsigned port_off, uint8_t val)
     }
 }
 
+/* Context: any thread */
+void i8042_init(I8042 *k)
+{
+    memset(k, 0, sizeof(*k));
+    k->ctr = I8042_CTR_DEFAULT;
+}
+
+static void i8042_queue(I8042 *k, uint8_t val, bool aux)
+{
+    unsigned i;
+
+    if (k->out_count == G_N_ELEMENTS(k->out)) {
+        return;
+    }
+    i = (k->out_head + k->out_count) % G_N_ELEMENTS(k->out);
+    k->out[i] = val;
+    k->out_aux[i] = aux;
+    k->out_count++;
+}
+
+/* Context: device lock held */
+uint8_t i8042_read(I8042 *k, unsigned off)
+{
+    uint8_t status = I8042_STATUS_SYS;
+
+    if (off != 0) {
+        /* The input buffer is always empty, so kb_wait() never spins. */
+        if (k->out_count) {
+            status |= I8042_STATUS_OBF;
+            status |= k->out_aux[k->out_head] ? I8042_STATUS_AUXDATA : 0;
+        }
+        return status;
+    }
+    if (k->out_count) {
+        k->last = k->out[k->out_head];
+        k->out_head = (k->out_head + 1) % G_N_ELEMENTS(k->out);
+        k->out_count--;
+    }
+    return k->last;
+}
+
+static bool i8042_command(I8042 *k, uint8_t cmd)
+{
+    switch (cmd) {
+    case 0x20: /* read CTR */
+        i8042_queue(k, k->ctr, false);
+        break;
+    case 0x60: /* write CTR */
+    case 0xd1: /* write output port */
+    case 0xd2: /* write keyboard output buffer */
+    case 0xd3: /* write aux output buffer */
+    case 0xd4: /* write to aux device */
+        k->pending = cmd;
+        break;
+    case 0xa7:
+        k->ctr |= I8042_CTR_AUX_OFF;
+        break;
+    case 0xa8:
+        k->ctr &= ~I8042_CTR_AUX_OFF;
+        break;
+    case 0xa9: /* aux interface test: OK */
+    case 0xab: /* keyboard interface test: OK */
+        i8042_queue(k, 0x00, false);
+        break;
+    case 0xaa: /* controller self test: passed */
+        i8042_queue(k, 0x55, false);
+        break;
+    case 0xad:
+        k->ctr |= I8042_CTR_KBD_OFF;
+        break;
+    case 0xae:
+        k->ctr &= ~I8042_CTR_KBD_OFF;
+        break;
+    default:
+        /* 0xf0-0xff pulse output lines; bit 0 low pulses the CPU reset line. */
+        return cmd >= 0xf0 && !(cmd & 1);
+    }
+    return false;
+}
+
+/* Context: device lock held */
+bool i8042_write(I8042 *k, unsigned off, uint8_t val)
+{
+    uint8_t cmd = k->pending;
+
+    if (off != 0) {
+        k->pending = 0;
+        return i8042_command(k, val);
+    }
+    k->pending = 0;
+    switch (cmd) {
+    case 0x60:
+        k->ctr = val;
+        break;
+    case 0xd1:
+        return !(val & 1); /* output port bit 0 is the reset line, active low */
+    case 0xd2:
+    case 0xd3:
+        i8042_queue(k, val, cmd == 0xd3);
+        break;
+    default:
+        break; /* bytes for a keyboard or mouse: there is none */
+    }
+    return false;
+}
+
 static void ports_reset(LegacyPorts *lp)
 {
     vm_request_exit(lp->vm, VM_EXIT_RESET, NULL);
 }
 
-static uint64_t i8042_read(void *opaque, uint64_t off, unsigned size)
+static uint64_t i8042_pio_read(void *opaque, uint64_t off, unsigned size)
 {
-    /* Status 0: output empty and input empty, so kb_wait() returns at once. */
-    return 0;
+    LegacyPorts *lp = opaque;
+
+    return off == 0 || off == I8042_CMD - I8042_DATA ? i8042_read(&lp->kbd, off) : 0xff;
 }
 
-static void i8042_write(void *opaque, uint64_t off, uint64_t val, unsigned size)
+static void i8042_pio_write(void *opaque, uint64_t off, uint64_t val, unsigned size)
 {
-    if (off == I8042_CMD - I8042_DATA && (val & 0xff) == I8042_CMD_RESET) {
-        ports_reset(opaque);
+    LegacyPorts *lp = opaque;
+
+    if ((off == 0 || off == I8042_CMD - I8042_DATA) && i8042_write(&lp->kbd, off, val)) {
+        ports_reset(lp);
     }
 }
 
@@ -190,7 +303,7 @@ static void port92_write(void *opaque, uint64_t off, uint64_t val, unsigned size
     }
 }
 
-static const IoRegionOps i8042_ops = {.read = i8042_read, .write = i8042_write};
+static const IoRegionOps i8042_ops = {.read = i8042_pio_read, .write = i8042_pio_write};
 static const IoRegionOps cmos_ops = {.read = cmos_pio_read, .write = cmos_pio_write};
 static const IoRegionOps post_ops = {.read = post_read, .write = post_write};
 static const IoRegionOps port92_ops = {.read = port92_read, .write = port92_write};
@@ -204,6 +317,7 @@ LegacyPorts *legacy_ports_new(Vm *vm, GError **errp)
 
     lp->vm = vm;
     cmos_init(&lp->cmos);
+    i8042_init(&lp->kbd);
     vm_lock(vm);
     /* 0x60-0x64 as one region: 0x61 (speaker) is taken by KVM's PIT before it gets here. */
     ok = iobus_add(bus, I8042_DATA, 5, &i8042_ops, lp, errp) &&

@@ -252,6 +252,17 @@ bool vm_setup_boot_cpu(Vm *vm, uint64_t entry, uint64_t zero_page, GError **errp
     return true;
 }
 
+/* VBLK_DEBUG_UNHANDLED=1 logs the first few unclaimed accesses, to find what a guest probes. */
+static void vcpu_log_unhandled(const char *space, uint64_t addr, unsigned size, bool write)
+{
+    static atomic_int logged;
+
+    if (g_getenv("VBLK_DEBUG_UNHANDLED") && atomic_fetch_add(&logged, 1) < 64) {
+        fprintf(stderr, "vblk: unhandled %s %s 0x%" G_GINT64_MODIFIER "x size %u\n", space,
+                write ? "write" : "read", addr, size);
+    }
+}
+
 static void vcpu_handle_io(Vcpu *vcpu)
 {
     struct kvm_run *run = vcpu->run;
@@ -274,6 +285,7 @@ static void vcpu_handle_io(Vcpu *vcpu)
         }
         if (!handled) {
             atomic_fetch_add(&vm->unhandled_pio, 1);
+            vcpu_log_unhandled("port", run->io.port, size, run->io.direction == KVM_EXIT_IO_OUT);
         }
     }
     vm_unlock(vm);
@@ -303,6 +315,7 @@ static void vcpu_handle_mmio(Vcpu *vcpu)
     vm_unlock(vm);
     if (!handled) {
         atomic_fetch_add(&vm->unhandled_mmio, 1);
+        vcpu_log_unhandled("MMIO", run->mmio.phys_addr, len, run->mmio.is_write);
     }
 }
 

@@ -242,6 +242,33 @@ static void test_cmos(void)
     g_assert_cmphex(cmos_read(&c, 1) & 0x80, ==, 0);
 }
 
+/* Linux's i8042 probe and reboot paths against the device-less controller. */
+static void test_i8042(void)
+{
+    I8042 k;
+
+    i8042_init(&k);
+    g_assert_cmphex(i8042_read(&k, 4) & 0x03, ==, 0); /* nothing to read, ready for input */
+    g_assert_false(i8042_write(&k, 4, 0x20));         /* read CTR */
+    g_assert_true(i8042_read(&k, 4) & I8042_STATUS_OBF);
+    g_assert_cmphex(i8042_read(&k, 0), ==, 0x65);
+    g_assert_false(i8042_read(&k, 4) & I8042_STATUS_OBF);
+    i8042_write(&k, 4, 0x60); /* write CTR */
+    i8042_write(&k, 0, 0x44);
+    i8042_write(&k, 4, 0x20);
+    g_assert_cmphex(i8042_read(&k, 0), ==, 0x44);
+    i8042_write(&k, 4, 0xaa); /* self test */
+    g_assert_cmphex(i8042_read(&k, 0), ==, 0x55);
+    i8042_write(&k, 4, 0xd3); /* aux loopback */
+    i8042_write(&k, 0, 0x5a);
+    g_assert_true(i8042_read(&k, 4) & I8042_STATUS_AUXDATA);
+    g_assert_cmphex(i8042_read(&k, 0), ==, 0x5a);
+    g_assert_false(i8042_write(&k, 0, 0xff)); /* keyboard reset: no keyboard, ignored */
+    g_assert_true(i8042_write(&k, 4, 0xfe));  /* pulse reset line */
+    i8042_write(&k, 4, 0xd1);
+    g_assert_true(i8042_write(&k, 0, 0xfe)); /* output port, reset bit low */
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -255,5 +282,6 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/serial/loopback", test_loopback);
     g_test_add_func("/vmm/serial/overrun", test_overrun);
     g_test_add_func("/vmm/cmos/registers", test_cmos);
+    g_test_add_func("/vmm/i8042/commands", test_i8042);
     return g_test_run();
 }
