@@ -5,6 +5,8 @@
 #   vblk.jobb64=BASE64      run this fio job file text (base64)
 #   vblk.sh=NAME            run baked script /etc/vblk/scripts/NAME.sh
 #   vblk.shb64=BASE64       run this shell script text (busybox sh, base64)
+#   vblk.shdev=DEV          run the script stored at the start of block device DEV
+#                           (first MiB, NUL padding stripped), for scripts too long for the cmdline
 #   vblk.runtime=S vblk.ramp=S vblk.size=SIZE vblk.vsize=SIZE vblk.engine=E vblk.dev=DEV
 #                           exported as VBLK_RUNTIME, VBLK_RAMP, VBLK_SIZE, VBLK_VSIZE,
 #                           VBLK_ENGINE, VBLK_DEV for ${VAR} use in job files
@@ -62,7 +64,7 @@ done
 grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed 's/^ */VBLK-IRQ /'
 
 # Parse our knobs from /proc/cmdline (the kernel keeps dotted parameters there).
-JOBS=""; JOBB64=""; SH=""; SHB64=""; TMO=""; SHELL_MODE=0
+JOBS=""; JOBB64=""; SH=""; SHB64=""; SHDEV=""; TMO=""; SHELL_MODE=0
 export VBLK_RUNTIME=10 VBLK_RAMP=2 VBLK_SIZE=100% VBLK_VSIZE=64M VBLK_ENGINE=libaio VBLK_DEV=/dev/vda
 for w in $(cat /proc/cmdline); do
     case $w in
@@ -70,6 +72,7 @@ for w in $(cat /proc/cmdline); do
         vblk.jobb64=*) JOBB64=${w#*=};;
         vblk.sh=*) SH=${w#*=};;
         vblk.shb64=*) SHB64=${w#*=};;
+        vblk.shdev=*) SHDEV=${w#*=};;
         vblk.runtime=*) VBLK_RUNTIME=${w#*=};;
         vblk.ramp=*) VBLK_RAMP=${w#*=};;
         vblk.size=*) VBLK_SIZE=${w#*=};;
@@ -86,8 +89,10 @@ run() { # run with the optional timeout
 }
 
 rc=0
-if [ -n "$SH" ] || [ -n "$SHB64" ]; then
-    if [ -n "$SHB64" ]; then echo "$SHB64" | base64 -d > /tmp/job.sh; else cp "/etc/vblk/scripts/$SH.sh" /tmp/job.sh; fi
+if [ -n "$SH" ] || [ -n "$SHB64" ] || [ -n "$SHDEV" ]; then
+    if [ -n "$SHB64" ]; then echo "$SHB64" | base64 -d > /tmp/job.sh
+    elif [ -n "$SHDEV" ]; then head -c 1048576 "$SHDEV" | tr -d '\000' > /tmp/job.sh
+    else cp "/etc/vblk/scripts/$SH.sh" /tmp/job.sh; fi
     echo "===VBLK-SH-BEGIN==="
     run sh /tmp/job.sh; r=$?
     echo "===VBLK-SH-END=== rc=$r"
