@@ -538,41 +538,7 @@ void qmp_event_emit(const char *name, JsonNode *data)
     }
 }
 
-/* ---- greeting, version, lifecycle ------------------------------------- */
-
-/* Context: any thread */
-JsonNode *qmp_version_node(void)
-{
-    JsonObject *v = json_object_new(), *q = json_object_new();
-    JsonNode *n;
-
-    json_object_set_int_member(q, "micro", QMP_QEMU_MICRO);
-    json_object_set_int_member(q, "minor", QMP_QEMU_MINOR);
-    json_object_set_int_member(q, "major", QMP_QEMU_MAJOR);
-    json_object_set_object_member(v, "qemu", q);
-    json_object_set_string_member(v, "package", "vblk-" VBLK_VERSION);
-    n = json_node_init_object(json_node_alloc(), v);
-    json_object_unref(v);
-    return n;
-}
-
-/* Context: any thread */
-JsonNode *qmp_greeting(bool oob_offered)
-{
-    JsonObject *g = json_object_new(), *qmp = json_object_new();
-    JsonArray *caps = json_array_new();
-    JsonNode *n;
-
-    if (oob_offered) {
-        json_array_add_string_element(caps, "oob");
-    }
-    json_object_set_member(qmp, "version", qmp_version_node());
-    json_object_set_array_member(qmp, "capabilities", caps);
-    json_object_set_object_member(g, "QMP", qmp);
-    n = json_node_init_object(json_node_alloc(), g);
-    json_object_unref(g);
-    return n;
-}
+/* ---- lifecycle ------------------------------------------------------- */
 
 /* Context: monitor thread (before the loop runs) */
 void qmp_init(GMainContext *ctx)
