@@ -19,6 +19,17 @@ export VBLK_CACHE
 vlog() { [ "${VBLK_QUIET:-0}" = 1 ] || printf '[%s %s] %s\n' "${VBLK_PROG:-vblk}" "$(date +%T)" "$*" >&2; }
 vdie() { printf '[%s] error: %s\n' "${VBLK_PROG:-vblk}" "$*" >&2; exit 1; }
 
+# Serialise cache builds between concurrent runs: cache_lock NAME takes an
+# exclusive flock on $VBLK_CACHE/NAME.lock, held until cache_unlock or exit.
+cache_lock() {
+    exec {CACHE_LOCK_FD}>"$VBLK_CACHE/$1.lock"
+    if ! flock -n "$CACHE_LOCK_FD"; then
+        vlog "waiting for another build ($1.lock)"
+        flock "$CACHE_LOCK_FD"
+    fi
+}
+cache_unlock() { [ -n "${CACHE_LOCK_FD:-}" ] && exec {CACHE_LOCK_FD}>&- && CACHE_LOCK_FD=""; return 0; }
+
 # sha256 of stdin, first 16 hex digits.
 vhash() { sha256sum | cut -c1-16; }
 
@@ -109,11 +120,11 @@ copy_elf() {
 # Make a newc cpio of directory $1 into file $2 (uncompressed, or gzip when $3=gz).
 make_cpio() {
     local dir=$1 out=$2 comp=${3:-none}
-    (cd "$dir" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$out.tmp" ||
+    (cd "$dir" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$out.tmp.$$" ||
         vdie "cpio failed for $dir"
     case $comp in
-        gz) gzip -1 -c "$out.tmp" > "$out" && rm -f "$out.tmp" ;;
-        *) mv "$out.tmp" "$out" ;;
+        gz) gzip -1 -c "$out.tmp.$$" > "$out.tmp2.$$" && rm -f "$out.tmp.$$" && mv "$out.tmp2.$$" "$out" ;;
+        *) mv "$out.tmp.$$" "$out" ;;
     esac
 }
 
