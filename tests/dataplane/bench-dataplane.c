@@ -11,7 +11,6 @@
  * cycles_per_req is the iothread's own cost (pop+parse, completion, notify),
  * excluding the submit syscall; cycles_total_per_req includes it.
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
