@@ -35,6 +35,7 @@ void cmos_write(Cmos *cmos, unsigned port_off, uint8_t val);
  */
 #define I8042_STATUS_OBF     0x01
 #define I8042_STATUS_SYS     0x04
+#define I8042_STATUS_UNLOCK  0x10 /* keyboard not inhibited ("keylock" off) */
 #define I8042_STATUS_AUXDATA 0x20
 
 typedef struct I8042 {

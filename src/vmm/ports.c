@@ -158,7 +158,7 @@ static void i8042_queue(I8042 *k, uint8_t val, bool aux)
 /* Context: device lock held */
 uint8_t i8042_read(I8042 *k, unsigned off)
 {
-    uint8_t status = I8042_STATUS_SYS;
+    uint8_t status = I8042_STATUS_SYS | I8042_STATUS_UNLOCK;
 
     if (off != 0) {
         /* The input buffer is always empty, so kb_wait() never spins. */
