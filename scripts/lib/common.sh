@@ -65,9 +65,19 @@ kernel_pkg_name() {
 # into $VBLK_CACHE/kernel/<pkg>_<ver>/ . Sets KDIR (unpacked root), KREL
 # (uname -r of the guest kernel), KVMLINUZ, KMODS and KPKGID (pkg_ver).
 kernel_fetch() {
-    local pkg ver dir deb tmp
-    pkg=$(kernel_pkg_name)
-    ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/{print $2; exit}')
+    local pkg ver dir deb tmp stamp memo=$VBLK_CACHE/kernel/resolved
+    # apt-cache takes ~2 s: remember its answer until the apt lists change.
+    stamp="$( (stat -c %Y /var/lib/apt/lists /var/cache/apt/pkgcache.bin 2>/dev/null || true) | tr "\n" " ")${VBLK_KERNEL_PKG:-}"
+    if [ -f "$memo" ] && [ "$(sed -n 1p "$memo")" = "$stamp" ]; then
+        pkg=$(sed -n 2p "$memo"); ver=$(sed -n 3p "$memo")
+    else
+        pkg=$(kernel_pkg_name)
+        ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/{print $2; exit}')
+        if [ -n "$ver" ]; then
+            mkdir -p "$VBLK_CACHE/kernel"
+            printf '%s\n%s\n%s\n' "$stamp" "$pkg" "$ver" > "$memo.$$" && mv "$memo.$$" "$memo"
+        fi
+    fi
     if [ -z "$ver" ]; then
         dir=$(ls -1d "$VBLK_CACHE/kernel/${pkg}_"* 2>/dev/null | sort -V | tail -1)
         [ -n "$dir" ] || vdie "no version for $pkg and nothing cached"
