@@ -176,12 +176,15 @@ static void test_paused_start_smp(void)
     g_assert_cmpstr(out, ==, "smp\n");
 }
 
-/* A synthetic bzImage whose 64-bit entry is hello_code, for the vblk binary. */
-static char *write_tiny_bzimage(const char *dir, const char *msg)
+static const uint8_t halt_code[] = {0xf4, 0xeb, 0xfd}; /* hlt; jmp hlt (IF clear: forever) */
+
+/* A synthetic bzImage whose 64-bit entry is @code followed by @msg, for the vblk binary. */
+static char *write_bzimage(const char *dir, const char *name, const uint8_t *code, size_t clen,
+                           const char *msg)
 {
-    size_t setup = 1024, len = setup + 0x200 + sizeof(hello_code) + strlen(msg) + 1;
+    size_t setup = 1024, len = setup + 0x200 + clen + strlen(msg) + 1;
     g_autofree uint8_t *img = g_malloc0(len);
-    char *path = g_build_filename(dir, "tiny.bzImage", NULL);
+    char *path = g_build_filename(dir, name, NULL);
 
     img[0x1f1] = 1;
     img[0x1fe] = 0x55;
@@ -195,8 +198,8 @@ static char *write_tiny_bzimage(const char *dir, const char *msg)
     *(uint32_t *)(img + 0x238) = 2047;
     *(uint64_t *)(img + 0x258) = 0x1000000;
     *(uint32_t *)(img + 0x260) = 0x100000;
-    memcpy(img + setup + 0x200, hello_code, sizeof(hello_code));
-    memcpy(img + setup + 0x200 + sizeof(hello_code), msg, strlen(msg) + 1);
+    memcpy(img + setup + 0x200, code, clen);
+    memcpy(img + setup + 0x200 + clen, msg, strlen(msg) + 1);
     g_assert_true(g_file_set_contents(path, (char *)img, len, NULL));
     return path;
 }
@@ -211,13 +214,27 @@ static int run_vblk(const char *args, char **out, char **err)
     g_assert_true(g_shell_parse_argv(cmd, NULL, &argv, NULL));
     g_assert_true(g_spawn_sync(NULL, argv, NULL, G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL, out, err,
                                &status, NULL));
-    return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_sh(const char *args)
+{
+    g_autofree char *cmd = g_strdup_printf("sh %s", args);
+    g_auto(GStrv) argv = NULL;
+    int status = -1;
+
+    g_assert_true(g_shell_parse_argv(cmd, NULL, &argv, NULL));
+    g_assert_true(
+        g_spawn_sync(NULL, argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, &status, NULL));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void test_cli(void)
 {
     g_autofree char *dir = g_dir_make_tmp("vblk-kvm-XXXXXX", NULL);
-    g_autofree char *kernel = write_tiny_bzimage(dir, "Hello from tiny guest\n");
+    g_autofree char *kernel =
+        write_bzimage(dir, "tiny", hello_code, sizeof(hello_code), "Hello from tiny guest\n");
+    g_autofree char *halt = write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
     g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
     g_autofree char *args = NULL;
     g_autofree char *logged = NULL;
@@ -255,7 +272,13 @@ static void test_cli(void)
     g_assert_nonnull(strstr(err, "-m: "));
     g_free(out);
     g_free(err);
+    g_free(args);
+    /* A guest that never ends: the console escape C-a x quits with status 0. */
+    args = g_strdup_printf("-c \"printf 'ab\\001x' | %s -m 32 -kernel %s -nographic\"",
+                           g_getenv("VBLK_BIN"), halt);
+    g_assert_cmpint(run_sh(args), ==, 0);
     g_unlink(kernel);
+    g_unlink(halt);
     g_unlink(log);
     g_rmdir(dir);
 }
