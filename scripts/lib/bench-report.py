@@ -72,6 +72,9 @@ def parse(path):
 def metrics(doc):
     """IOPS (read+write), mean total (submission+completion)+submission latency and p99 clat, in us."""
     jobs = doc["jobs"]
+    bad = [j.get("jobname") for j in jobs if j.get("error")]
+    if bad:
+        raise ValueError(f"fio reported an error for {bad}")
     iops = 0.0
     lat_sum = 0.0
     n = 0

@@ -138,6 +138,16 @@ make_cpio() {
     esac
 }
 
+# The vblk binary: $VBLK_BIN_HOST, else build/src/vblk, else build/src/vmm/vblk
+# (where meson puts it today). Prints nothing when there is none.
+find_vblk_bin() {
+    local c
+    for c in "${VBLK_BIN_HOST:-}" "$VBLK_TOP/build/src/vblk" "$VBLK_TOP/build/src/vmm/vblk"; do
+        [ -n "$c" ] && [ -x "$c" ] && [ -f "$c" ] && { echo "$c"; return 0; }
+    done
+    return 0
+}
+
 # Does this host's /dev/kvm run a stock Linux guest? (hardware VT-x/AMD-V, no kvm_pvm)
 host_has_hw_kvm() {
     [ -e /dev/kvm ] || return 1
