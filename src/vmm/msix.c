@@ -181,23 +181,35 @@ bool msix_init(PciDevice *dev, unsigned nvec, unsigned bar, uint32_t table_off, 
     return true;
 }
 
-/* Context: main thread */
-void msix_free(PciDevice *dev)
+/* Context: device lock held. Unbinds every irqfd and drops the MSI routes. */
+void msix_release_routes(PciDevice *dev)
 {
     Msix *m = dev->msix;
     void *opaque = NULL;
     const PciIrqOps *ops;
 
-    if (!m) {
+    if (!m || !dev->bus) {
         return;
     }
-    ops = dev->bus ? pci_bus_irq_ops(dev->bus, &opaque) : NULL;
+    ops = pci_bus_irq_ops(dev->bus, &opaque);
     for (unsigned i = 0; ops && i < m->nvec; i++) {
         msix_unbind(ops, opaque, &m->v[i]);
         if (m->v[i].gsi >= 0 && ops->msi_route_remove) {
             ops->msi_route_remove(opaque, m->v[i].gsi);
         }
+        m->v[i].gsi = -1;
     }
+}
+
+/* Context: main thread */
+void msix_free(PciDevice *dev)
+{
+    Msix *m = dev->msix;
+
+    if (!m) {
+        return;
+    }
+    msix_release_routes(dev);
     g_free(m->v);
     g_free(m);
     dev->msix = NULL;

@@ -515,6 +515,8 @@ void pci_bus_unregister(PciBus *bus, PciDevice *dev)
     for (unsigned i = 0; i < PCI_NUM_BARS; i++) {
         pci_bar_unmap(dev, i);
     }
+    /* Routes and irqfds belong to the bus's VM: give them back while we still can. */
+    msix_release_routes(dev);
     if (dev->slot < PCI_SLOTS && bus->slots[dev->slot] == dev) {
         bus->slots[dev->slot] = NULL;
     }

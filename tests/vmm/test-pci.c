@@ -11,7 +11,7 @@
 /* Records what the bus asks of "KVM". */
 typedef struct FakeKvm {
     int next_gsi;
-    int routes_added, routes_updated;
+    int routes_added, routes_updated, routes_removed;
     uint64_t last_addr;
     uint32_t last_data;
     int irqfd_bound[64]; /* by gsi: 1 bound */
@@ -47,6 +47,7 @@ static bool fk_route_update(void *o, int gsi, uint64_t addr, uint32_t data)
 
 static void fk_route_remove(void *o, int gsi)
 {
+    ((FakeKvm *)o)->routes_removed++;
 }
 
 static bool fk_irqfd(void *o, int fd, int gsi, bool assign)
@@ -446,6 +447,25 @@ static void test_msix_soft_notify(Fixture *f, gconstpointer data)
     g_assert_false(f->kvm.intx[pci_intx_gsi(&f->dev.pci)]);
 }
 
+/* A device leaving the bus gives its irqfds and routes back. */
+static void test_msix_unregister(Fixture *f, gconstpointer data)
+{
+    uint64_t t = msix_base(f);
+    int efd = eventfd(0, EFD_NONBLOCK);
+
+    mmio_write32(f, t + 0, 0xfee00000);
+    msix_set_notifier(&f->dev.pci, 0, efd);
+    msix_enable(f, true, false);
+    mmio_write32(f, t + 12, 0);
+    g_assert_true(f->kvm.irqfd_bound[24]);
+    pci_bus_unregister(f->bus, &f->dev.pci);
+    g_assert_false(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->kvm.routes_removed, ==, 1);
+    g_assert_null(pci_bus_device(f->bus, 3));
+    g_assert_cmpint(pci_bus_free_slot(f->bus), ==, 1);
+    close(efd);
+}
+
 static void test_iobus(void)
 {
     static const IoRegionOps ops = {0};
@@ -489,5 +509,6 @@ int main(int argc, char **argv)
     ADD("msix-cap", test_msix_cap);
     ADD("msix-table", test_msix_table);
     ADD("msix-soft-notify", test_msix_soft_notify);
+    ADD("msix-unregister", test_msix_unregister);
     return g_test_run();
 }
