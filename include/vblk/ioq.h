@@ -129,9 +129,17 @@ int ioq_get_fd(IOQ *ioq);
  * Reap every ready completion without blocking and run the callbacks; then
  * submit requests that were waiting (EAGAIN, held flushes, bounce buffers).
  * Does not read the eventfd: the caller's fd handler clears it first.
+ * Callbacks must not call ioq_process_completions() or ioq_drain() themselves.
  * Returns the number of callbacks run.  Context: IOQ thread.
  */
 unsigned ioq_process_completions(IOQ *ioq);
+
+/*
+ * True if ioq_process_completions() would find something, checked without a
+ * syscall (io_uring CQ, the libaio user ring): the event loop's busy-poll
+ * callback for the completion side.  Context: IOQ thread.
+ */
+bool ioq_completions_ready(IOQ *ioq);
 
 /* Context: IOQ thread.  Blocks until every accepted request has completed. */
 void ioq_drain(IOQ *ioq);

@@ -186,3 +186,9 @@ unsigned ioq_helper_reap(IOQ *ioq, IOQHelper *h)
     }
     return n;
 }
+
+bool ioq_helper_ready(IOQHelper *h)
+{
+    /* Acquire: pairs with the release store in helper_main(). */
+    return __atomic_load_n(&h->ndone, __ATOMIC_ACQUIRE) != 0;
+}

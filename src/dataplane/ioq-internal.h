@@ -35,6 +35,8 @@ typedef struct IOQEngine {
     void (*submit)(IOQ *ioq);
     /* Reap ready completions without blocking; returns how many callbacks ran. */
     unsigned (*reap)(IOQ *ioq);
+    /* Are completions waiting?  No syscall (for busy polling). */
+    bool (*ready)(IOQ *ioq);
 } IOQEngine;
 
 typedef struct IOQBouncePool {
@@ -117,6 +119,7 @@ IOQHelper *ioq_helper_new(IOQ *ioq, GError **errp);
 void ioq_helper_free(IOQHelper *h);
 void ioq_helper_queue(IOQHelper *h, IOQReq *req);
 unsigned ioq_helper_reap(IOQ *ioq, IOQHelper *h);
+bool ioq_helper_ready(IOQHelper *h);
 
 extern const IOQEngine ioq_engine_aio;
 extern const IOQEngine ioq_engine_uring;

@@ -75,6 +75,11 @@ static unsigned null_reap(IOQ *ioq)
     return 0;
 }
 
+static bool null_ready(IOQ *ioq)
+{
+    return false; /* completions happen inside ioq_submit() */
+}
+
 const IOQEngine ioq_engine_null = {
     .name = "null",
     .init = null_init,
@@ -83,4 +88,5 @@ const IOQEngine ioq_engine_null = {
     .queue = null_queue,
     .submit = null_submit,
     .reap = null_reap,
+    .ready = null_ready,
 };

@@ -217,6 +217,13 @@ static unsigned uring_reap(IOQ *ioq)
     return n;
 }
 
+static bool uring_ready(IOQ *ioq)
+{
+    UringEngine *e = ioq->engine_state;
+
+    return io_uring_cq_ready(&e->ring) > 0;
+}
+
 const IOQEngine ioq_engine_uring = {
     .name = "io_uring",
     .init = uring_init,
@@ -225,4 +232,5 @@ const IOQEngine ioq_engine_uring = {
     .queue = uring_queue,
     .submit = uring_submit,
     .reap = uring_reap,
+    .ready = uring_ready,
 };

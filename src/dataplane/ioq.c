@@ -328,6 +328,12 @@ unsigned ioq_process_completions(IOQ *ioq)
     return n;
 }
 
+/* Context: IOQ thread. */
+bool ioq_completions_ready(IOQ *ioq)
+{
+    return ioq->engine->ready(ioq) || (ioq->helper && ioq_helper_ready(ioq->helper));
+}
+
 static void req_restore_iov(IOQReq *req)
 {
     IOQReqPriv *p = &req->priv;
