@@ -126,9 +126,9 @@ int main(int argc, char **argv)
     do {                                                                                           \
         struct virtio_blk_outhdr h = {                                                             \
             .type = htole32(VIRTIO_BLK_T_IN),                                                      \
-            .sector = htole64((uint64_t)g_rand_int_range(rnd, 0, (gint32)(nsect / 8)) * 8)};       \
-        TestBuf b[3] = {                                                                           \
-            {slots[k].hdr, 16, false}, {slots[k].data, 4096, true}, {slots[k].status, 1, true}};   \
+            .sector = htole64((uint64_t)g_rand_int_range(rnd, 0, (gint32)(nsect / 8)) * 8)};      \
+        TestBuf b[3] = {{slots[k].hdr, 16, false}, {slots[k].data, 4096, true},                    \
+                        {slots[k].status, 1, true}};                                               \
         int hd;                                                                                    \
         testdrv_memwrite(f->d, slots[k].hdr, &h, sizeof(h));                                       \
         hd = testvq_add_chain(f->tvq, b, 3);                                                       \
