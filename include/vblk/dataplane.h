@@ -51,6 +51,7 @@ typedef struct DataPlaneQueue {
     VirtIOBlkQueue *q;  /* owned by the caller; the dataplane borrows it */
     int host_notifier;  /* eventfd the guest's kick writes (read by the iothread) */
     int guest_notifier; /* eventfd that interrupts the guest (written by the iothread) */
+    uint8_t *isr;       /* optional: ISR byte whose bit 0 is set before each interrupt */
 } DataPlaneQueue;
 
 /*

@@ -30,6 +30,7 @@ typedef struct DPQueue {
     VirtIOBlkQueue *q;
     int host_fd;
     int guest_fd;
+    uint8_t *isr;
     IOQReq *ioreqs; /* one per request slot, indexed by VirtIOBlkReq.idx */
     DataPlaneQueueStats st;
 } DPQueue;
@@ -107,6 +108,10 @@ static void notify_guests(DataPlane *dp)
 
         dp->touched &= dp->touched - 1;
         if (virtio_blk_queue_flush(dq->q)) {
+            if (dq->isr) {
+                /* INTx guests read the reason from the ISR (virtio-pci 4.1.4.5). */
+                __atomic_or_fetch(dq->isr, 1, __ATOMIC_SEQ_CST);
+            }
             /* Best effort: a full eventfd counter still means "pending". */
             if (write(dq->guest_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
                 g_warning("dataplane: guest notifier write failed: %s", g_strerror(errno));
@@ -277,7 +282,8 @@ static bool poll_completions(void *opaque)
 {
     DataPlane *dp = opaque;
 
-    if (!ioq_inflight(dp->ioq)) {
+    /* Peek without a syscall (AIO ring / io_uring CQ); reap only when ready. */
+    if (!ioq_inflight(dp->ioq) || !ioq_completions_ready(dp->ioq)) {
         return false;
     }
     if (!ioq_process_completions(dp->ioq)) {
@@ -390,6 +396,7 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
         dq->q = queues[i].q;
         dq->host_fd = queues[i].host_notifier;
         dq->guest_fd = queues[i].guest_notifier;
+        dq->isr = queues[i].isr;
         /* Both notifiers are read/written without ever blocking the iothread. */
         fcntl(dq->host_fd, F_SETFL, fcntl(dq->host_fd, F_GETFL) | O_NONBLOCK);
         fcntl(dq->guest_fd, F_SETFL, fcntl(dq->guest_fd, F_GETFL) | O_NONBLOCK);

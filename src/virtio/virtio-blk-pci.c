@@ -1,0 +1,586 @@
+/*
+ * virtio-blk-pci: the virtio-blk request engine behind the virtio-pci
+ * transport, served either by a dataplane iothread (x-data-plane=on, or
+ * iothread=ID) or synchronously (x-data-plane=off).
+ *
+ * x-data-plane=off is, until the block layer lands, the *synchronous* path:
+ * no ioeventfd is registered, so a kick is an MMIO exit handled in the vCPU
+ * thread under the device lock, which pops the queue and runs each request
+ * with preadv/pwritev/fdatasync/fallocate before returning to the guest.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <linux/virtio_ids.h>
+
+#include "vblk/dataplane.h"
+#include "vblk/machine.h"
+#include "vblk/virtio-blk-pci.h"
+#include "vblk/virtio-pci.h"
+
+struct VirtIOBlkPCI {
+    Machine *m;
+    Vm *vm;
+    char *id;
+    VirtIOPCI *vp;
+    GuestMem *gm;
+    VirtIOBlk *blk;
+    VirtIOBlkConf conf;
+    int fd;
+    bool direct;
+    bool no_flush;
+    bool discard_unmap;
+    const char *engine;
+    uint32_t mem_align;
+    bool data_plane;
+    IOThread *iothread; /* borrowed from the registry */
+    DataPlane *dp;
+    unsigned nq; /* queues running (0 when stopped) */
+    VirtQueue *vq[VIRTIO_BLK_MAX_QUEUES];
+    VirtIOBlkQueue *bq[VIRTIO_BLK_MAX_QUEUES];
+};
+
+/* ---- iothread registry: -object iothread,id=X shared by devices naming it ---- */
+
+static GHashTable *iothreads; /* id -> IOThread* */
+
+static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError **errp)
+{
+    IOThread *t;
+    int64_t max_ns = 0, grow = 0, shrink = 0;
+
+    if (!iothreads) {
+        iothreads =
+            g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)iothread_free);
+    }
+    t = g_hash_table_lookup(iothreads, id);
+    if (t) {
+        return t;
+    }
+    for (guint i = 0; i < opts->iothreads->len; i++) {
+        const IothreadOptions *io = opts->iothreads->pdata[i];
+
+        if (strcmp(io->id, id) != 0) {
+            continue;
+        }
+        for (guint j = 0; io->props && j < io->props->len; j++) {
+            const OptPair *p = io->props->pdata[j];
+            int64_t v = g_ascii_strtoll(p->value, NULL, 10);
+
+            if (!strcmp(p->key, "poll-max-ns")) {
+                max_ns = v;
+            } else if (!strcmp(p->key, "poll-grow")) {
+                grow = v;
+            } else if (!strcmp(p->key, "poll-shrink")) {
+                shrink = v;
+            }
+        }
+        t = iothread_new(id, errp);
+        if (!t) {
+            return NULL;
+        }
+        event_loop_set_poll_params(iothread_get_loop(t), max_ns, grow, shrink);
+        g_hash_table_insert(iothreads, g_strdup(id), t);
+        return t;
+    }
+    g_set_error(errp, VMM_ERROR, ENOENT, "iothread '%s' not found (add -object iothread,id=%s)", id,
+                id);
+    return NULL;
+}
+
+/* ---- the synchronous executor (x-data-plane=off) ---- */
+
+static bool iov_aligned(const VirtIOBlkReq *req, uint32_t align)
+{
+    for (unsigned i = 0; i < req->niov; i++) {
+        if (((uintptr_t)req->iov[i].iov_base | req->iov[i].iov_len) & (align - 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* preadv/pwritev, through an aligned bounce buffer when O_DIRECT needs it. */
+static int sync_rw(VirtIOBlkPCI *s, VirtIOBlkReq *req, bool write)
+{
+    void *bounce = NULL;
+    struct iovec one;
+    const struct iovec *iov = req->iov;
+    int niov = (int)req->niov;
+    ssize_t n;
+
+    if (s->direct && !iov_aligned(req, s->mem_align)) {
+        if (posix_memalign(&bounce, s->mem_align, req->len ? req->len : s->mem_align)) {
+            return -ENOMEM;
+        }
+        if (write) {
+            size_t off = 0;
+
+            for (unsigned i = 0; i < req->niov; i++) {
+                memcpy((char *)bounce + off, req->iov[i].iov_base, req->iov[i].iov_len);
+                off += req->iov[i].iov_len;
+            }
+        }
+        one = (struct iovec){bounce, req->len};
+        iov = &one;
+        niov = 1;
+    }
+    do {
+        n = write ? pwritev(s->fd, iov, niov, (off_t)req->offset)
+                  : preadv(s->fd, iov, niov, (off_t)req->offset);
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0 && (uint64_t)n != req->len) {
+        n = write ? -ENOSPC : n; /* short read: past EOF reads as zeroes below */
+    }
+    if (n >= 0 && !write) {
+        size_t off = 0;
+
+        for (unsigned i = 0; i < req->niov; i++) {
+            size_t l = req->iov[i].iov_len;
+
+            if (bounce) {
+                memcpy(req->iov[i].iov_base, (char *)bounce + off, l);
+            }
+            if (off + l > (size_t)n) {
+                size_t keep = off < (size_t)n ? (size_t)n - off : 0;
+
+                memset((char *)req->iov[i].iov_base + keep, 0, l - keep);
+            }
+            off += l;
+        }
+    }
+    free(bounce);
+    if (n < 0) {
+        return n == -ENOSPC ? -ENOSPC : -errno;
+    }
+    if (write && !virtio_blk_get_writeback(s->blk) && !s->no_flush && fdatasync(s->fd) < 0) {
+        return -errno;
+    }
+    return 0;
+}
+
+static int sync_fallocate(VirtIOBlkPCI *s, VirtIOBlkReq *req)
+{
+    int mode;
+
+    if (req->op == VIRTIO_BLK_OP_DISCARD) {
+        if (!s->discard_unmap) {
+            return 0; /* discard=ignore */
+        }
+        mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    } else {
+        mode = (req->unmap && s->discard_unmap) ? FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+                                                : FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+    }
+    if (fallocate(s->fd, mode, (off_t)req->offset, (off_t)req->len) < 0) {
+        return -errno;
+    }
+    return 0;
+}
+
+static void sync_submit(void *opaque, VirtIOBlkReq *req)
+{
+    VirtIOBlkPCI *s = opaque;
+    int ret;
+
+    switch (req->op) {
+    case VIRTIO_BLK_OP_READ:
+        ret = sync_rw(s, req, false);
+        break;
+    case VIRTIO_BLK_OP_WRITE:
+        ret = sync_rw(s, req, true);
+        break;
+    case VIRTIO_BLK_OP_FLUSH:
+        ret = (s->no_flush || fdatasync(s->fd) == 0) ? 0 : -errno;
+        break;
+    default:
+        ret = sync_fallocate(s, req);
+        break;
+    }
+    virtio_blk_req_complete(req, ret);
+}
+
+static const VirtIOBlkExecOps sync_ops = {.submit = sync_submit};
+
+static void sync_process(VirtIOBlkPCI *s, unsigned qi)
+{
+    do {
+        virtio_blk_handle_queue(s->bq[qi]);
+        if (virtio_blk_queue_flush(s->bq[qi])) {
+            virtio_pci_notify_queue(s->vp, qi);
+        }
+    } while (virtio_blk_queue_pending(s->bq[qi]) && !virtqueue_is_broken(s->vq[qi]));
+}
+
+/* ---- transport callbacks (device lock held) ---- */
+
+static uint64_t blk_host_features(void *opaque)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    return virtio_blk_get_host_features(s->blk);
+}
+
+static bool blk_set_features(void *opaque, uint64_t features)
+{
+    VirtIOBlkPCI *s = opaque;
+    GError *err = NULL;
+
+    if (!virtio_blk_set_features(s->blk, features, &err)) {
+        g_warning("%s: %s", s->id, err->message);
+        g_error_free(err);
+        return false;
+    }
+    return true;
+}
+
+static void blk_config_read(void *opaque, uint32_t off, void *buf, uint32_t len)
+{
+    VirtIOBlkPCI *s = opaque;
+    struct virtio_blk_config cfg;
+
+    virtio_blk_get_config(s->blk, &cfg);
+    if (off < sizeof(cfg) && len <= sizeof(cfg) - off) {
+        memcpy(buf, (uint8_t *)&cfg + off, len);
+    }
+}
+
+static void blk_config_write(void *opaque, uint32_t off, const void *buf, uint32_t len)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    virtio_blk_config_write(s->blk, off, buf, len);
+}
+
+/* Called in the queue's owner thread; must not wait for the device lock. */
+static void blk_queue_broken(void *opaque, VirtQueue *vq, const char *reason)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    fprintf(stderr, "vblk: %s: virtqueue error: %s (device needs reset)\n", s->id, reason);
+    virtio_pci_set_needs_reset(s->vp);
+}
+
+static void blk_free_queues(VirtIOBlkPCI *s)
+{
+    for (unsigned i = 0; i < VIRTIO_BLK_MAX_QUEUES; i++) {
+        if (s->bq[i]) {
+            virtio_blk_queue_free(s->bq[i]);
+            s->bq[i] = NULL;
+        }
+        if (s->vq[i]) {
+            virtqueue_free(s->vq[i]);
+            s->vq[i] = NULL;
+        }
+    }
+    s->nq = 0;
+}
+
+static bool blk_start_dataplane(VirtIOBlkPCI *s, GError **errp)
+{
+    DataPlaneConf dc = {
+        .blk = s->blk,
+        .iothread = s->iothread,
+        .num_queues = s->nq,
+        .queue_size = s->conf.queue_size,
+        .ioq = {.engine = s->engine,
+                .fd = s->fd,
+                .direct = s->direct,
+                .logical_block_size = s->conf.logical_block_size},
+    };
+    DataPlaneQueue dq[VIRTIO_BLK_MAX_QUEUES];
+
+    for (unsigned i = 0; i < s->nq; i++) {
+        dq[i] = (DataPlaneQueue){.q = s->bq[i],
+                                 .host_notifier = virtio_pci_host_notifier(s->vp, i),
+                                 .guest_notifier = virtio_pci_guest_notifier(s->vp, i),
+                                 .isr = virtio_pci_isr(s->vp)};
+    }
+    s->dp = dataplane_create(&dc, errp);
+    if (!s->dp) {
+        return false;
+    }
+    /* Notifiers before the dataplane watches them; it kicks itself once. */
+    if (!virtio_pci_set_host_notifiers(s->vp, true, errp) ||
+        !dataplane_start(s->dp, dq, s->nq, errp)) {
+        virtio_pci_set_host_notifiers(s->vp, false, NULL);
+        dataplane_destroy(s->dp);
+        s->dp = NULL;
+        return false;
+    }
+    return true;
+}
+
+static bool blk_start(void *opaque, GError **errp)
+{
+    VirtIOBlkPCI *s = opaque;
+    uint64_t features = virtio_blk_get_features(s->blk);
+
+    /* Queues 0..n-1 that the driver enabled (Linux may use fewer than offered). */
+    for (unsigned i = 0; i < s->conf.num_queues && virtio_pci_queue_enabled(s->vp, i); i++) {
+        uint64_t desc, avail, used;
+
+        virtio_pci_queue_addrs(s->vp, i, &desc, &avail, &used);
+        s->vq[i] = virtqueue_new(s->gm, virtio_pci_queue_size(s->vp, i), desc, avail, used,
+                                 features, errp);
+        if (!s->vq[i]) {
+            goto fail;
+        }
+        virtqueue_set_broken_notifier(s->vq[i], blk_queue_broken, s);
+        s->bq[i] = virtio_blk_queue_new(s->blk, s->vq[i], NULL, NULL, errp);
+        if (!s->bq[i]) {
+            goto fail;
+        }
+        s->nq = i + 1;
+    }
+    if (!s->nq) {
+        g_set_error(errp, VMM_ERROR, EINVAL, "no queue enabled");
+        goto fail;
+    }
+    if (s->data_plane) {
+        if (!blk_start_dataplane(s, errp)) {
+            goto fail;
+        }
+        return true;
+    }
+    for (unsigned i = 0; i < s->nq; i++) {
+        virtio_blk_queue_set_exec(s->bq[i], &sync_ops, s);
+        sync_process(s, i); /* requests queued before DRIVER_OK */
+    }
+    return true;
+
+fail:
+    blk_free_queues(s);
+    return false;
+}
+
+static void blk_stop(void *opaque)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    if (s->dp) {
+        dataplane_destroy(s->dp); /* stops: in-flight requests complete first */
+        s->dp = NULL;
+    }
+    virtio_pci_set_host_notifiers(s->vp, false, NULL);
+    blk_free_queues(s);
+    virtio_blk_reset(s->blk);
+}
+
+static void blk_queue_notify(void *opaque, unsigned qi)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    if (qi >= s->nq) {
+        return; /* a queue the driver did not enable: nothing to do */
+    }
+    if (s->dp) {
+        /* The dataplane owns the queue: ring its doorbell. */
+        uint64_t one = 1;
+
+        if (write(virtio_pci_host_notifier(s->vp, qi), &one, sizeof(one)) < 0) {
+            g_warning("%s: host notifier: %s", s->id, g_strerror(errno));
+        }
+        return;
+    }
+    sync_process(s, qi);
+}
+
+static const VirtIOPCIDeviceOps blk_pci_ops = {
+    .host_features = blk_host_features,
+    .set_features = blk_set_features,
+    .config_read = blk_config_read,
+    .config_write = blk_config_write,
+    .start = blk_start,
+    .stop = blk_stop,
+    .queue_notify = blk_queue_notify,
+};
+
+/* ---- creation from -drive / -device ---- */
+
+static bool blk_open_drive(VirtIOBlkPCI *s, const DriveOptions *d, uint64_t *bytes, GError **errp)
+{
+    int flags = (d->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | (d->cache_direct ? O_DIRECT : 0);
+    struct stat st;
+
+    s->fd = open(d->file, flags);
+    if (s->fd < 0) {
+        g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: Could not open '%s': %s", d->file,
+                    d->file, g_strerror(errno));
+        return false;
+    }
+    if (fstat(s->fd, &st) < 0) {
+        g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: %s", d->file, g_strerror(errno));
+        return false;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        if (ioctl(s->fd, BLKGETSIZE64, bytes) < 0) {
+            g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: %s", d->file, g_strerror(errno));
+            return false;
+        }
+    } else {
+        *bytes = (uint64_t)st.st_size;
+    }
+    s->direct = d->cache_direct;
+    s->no_flush = d->cache_no_flush;
+    s->discard_unmap = d->discard_unmap;
+    s->engine = d->aio == DRIVE_AIO_NATIVE ? "native" : "io_uring";
+    s->mem_align = 4096;
+    return true;
+}
+
+static bool blk_set_prop(VirtIOBlkConf *conf, const char *name, const char *fmt, unsigned v,
+                         GError **errp)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), fmt, v);
+    return virtio_blk_conf_set_property(conf, name, buf, errp);
+}
+
+static bool blk_configure(VirtIOBlkPCI *s, const DeviceOptions *dev, const DriveOptions *d,
+                          uint64_t bytes, unsigned ncpus, GError **errp)
+{
+    VirtIOBlkConf *c = &s->conf;
+    unsigned nq = dev->num_queues ? dev->num_queues : MIN(ncpus, VIRTIO_BLK_MAX_QUEUES);
+
+    virtio_blk_conf_init(c, bytes / VIRTIO_BLK_SECTOR_SIZE);
+    c->readonly = d->readonly;
+    c->writeback = d->cache_writeback;
+    c->config_wce = dev->config_wce;
+    c->discard = dev->discard;
+    c->write_zeroes = dev->write_zeroes;
+    if (!blk_set_prop(c, "num-queues", "%u", nq, errp) ||
+        !blk_set_prop(c, "queue-size", "%u", dev->queue_size, errp) ||
+        !blk_set_prop(c, "logical_block_size", "%u", dev->logical_block_size, errp) ||
+        !blk_set_prop(c, "physical_block_size", "%u", dev->physical_block_size, errp) ||
+        (dev->serial && !virtio_blk_conf_set_property(c, "serial", dev->serial, errp)) ||
+        !virtio_blk_conf_validate(c, errp)) {
+        return false;
+    }
+    return true;
+}
+
+static GuestMem *blk_guestmem(Vm *vm, GError **errp)
+{
+    size_t n;
+    const VmRamRegion *r = vm_ram_regions(vm, &n);
+    GuestMemRegion regs[8];
+
+    for (size_t i = 0; i < n && i < G_N_ELEMENTS(regs); i++) {
+        regs[i] = (GuestMemRegion){.gpa = r[i].gpa, .size = r[i].size, .hva = r[i].hva};
+    }
+    return guestmem_new(regs, MIN(n, G_N_ELEMENTS(regs)), errp);
+}
+
+static void blk_pci_destroy(void *opaque)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    virtio_pci_free(s->vp); /* resets the device: stops the dataplane */
+    if (s->blk) {
+        virtio_blk_free(s->blk);
+    }
+    guestmem_free(s->gm);
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    g_free(s->id);
+    g_free(s);
+}
+
+static void iothreads_destroy(void *opaque)
+{
+    if (iothreads) {
+        g_hash_table_destroy(iothreads);
+        iothreads = NULL;
+    }
+}
+
+static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOptions *d,
+                           GError **errp)
+{
+    VirtIOBlkPCI *s = g_new0(VirtIOBlkPCI, 1);
+    Vm *vm = machine_vm(m);
+    uint64_t bytes = 0;
+    VirtIOPCIConf pc;
+    char name[64];
+
+    s->fd = -1;
+    s->m = m;
+    s->vm = vm;
+    s->id = g_strdup(dev->id ? dev->id : d->id);
+    if (!blk_open_drive(s, d, &bytes, errp) ||
+        !blk_configure(s, dev, d, bytes, vm_ncpus(vm), errp)) {
+        goto fail;
+    }
+    s->data_plane = dev->data_plane || dev->iothread;
+    if (s->data_plane) {
+        if (!iothreads) {
+            machine_add_cleanup(m, iothreads_destroy, NULL);
+        }
+        if (dev->iothread) {
+            s->iothread = iothread_lookup(machine_options(m), dev->iothread, errp);
+        } else {
+            /* x-data-plane=on without iothread=: a thread of the device's own. */
+            VmmOptions fake = {.iothreads = g_ptr_array_new()};
+            IothreadOptions own = {.id = g_strdup_printf("%s-dataplane", s->id)};
+
+            g_ptr_array_add(fake.iothreads, &own);
+            s->iothread = iothread_lookup(&fake, own.id, errp);
+            g_ptr_array_free(fake.iothreads, TRUE);
+            g_free(own.id);
+        }
+        if (!s->iothread) {
+            goto fail;
+        }
+    }
+    s->blk = virtio_blk_new(&s->conf, errp);
+    s->gm = s->blk ? blk_guestmem(vm, errp) : NULL;
+    if (!s->gm) {
+        goto fail;
+    }
+    snprintf(name, sizeof(name), "virtio-blk-pci(%s)", s->id);
+    pc = (VirtIOPCIConf){.device_id = VIRTIO_ID_BLOCK,
+                         .class_code = 0x010000, /* mass storage, as QEMU */
+                         .num_queues = s->conf.num_queues,
+                         .queue_size = s->conf.queue_size,
+                         .config_size = sizeof(struct virtio_blk_config),
+                         .slot = dev->slot,
+                         .name = name};
+    vm_lock(vm);
+    s->vp = virtio_pci_new(vm, machine_pci_bus(m), &pc, &blk_pci_ops, s, errp);
+    vm_unlock(vm);
+    if (!s->vp) {
+        goto fail;
+    }
+    machine_add_cleanup(m, blk_pci_destroy, s);
+    return true;
+
+fail:
+    if (s->blk) {
+        virtio_blk_free(s->blk);
+    }
+    guestmem_free(s->gm);
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    g_free(s->id);
+    g_free(s);
+    return false;
+}
+
+/* Context: main thread, before machine_run() */
+void virtio_blk_pci_register(void)
+{
+    machine_register_device("virtio-blk-pci", blk_pci_create);
+}
