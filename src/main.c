@@ -8,6 +8,7 @@
 #include "vblk/machine.h"
 #include "vblk/options.h"
 
+/* Context: main thread */
 int main(int argc, char **argv)
 {
     GError *err = NULL;

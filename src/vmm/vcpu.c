@@ -500,6 +500,7 @@ bool vm_is_running(Vm *vm)
     return !atomic_load(&vm->pause_req) && !atomic_load(&vm->stop);
 }
 
+/* Context: main thread (vm_free) */
 void vcpu_stop_all(Vm *vm)
 {
     pthread_mutex_lock(&vm->run_lock);
@@ -517,6 +518,7 @@ void vcpu_stop_all(Vm *vm)
     }
 }
 
+/* Context: main thread (vm_free), after vcpu_stop_all */
 void vcpu_destroy_all(Vm *vm)
 {
     for (unsigned i = 0; i < vm->nvcpus; i++) {
