@@ -45,13 +45,13 @@ read -r up _ </proc/uptime
 echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk vblk_disk=$VBLK_DISK"
 
 export HOME=/root VBLK_MODE=nested VBLK_WORK=/vblk VBLK_FILES=/files
-export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd
+export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd VBLK_L2_VMLINUX=/l2/vmlinux
 [ -f /etc/vblk-l1/l2-append ] && export VBLK_L2_APPEND="$(cat /etc/vblk-l1/l2-append)"
 if [ -x /bin/vblk ]; then export VBLK_BIN=/bin/vblk; else export VBLK_BIN=; fi
 if [ -x /usr/bin/qemu-system-x86_64 ]; then export VBLK_QEMU=/usr/bin/qemu-system-x86_64; else export VBLK_QEMU=; fi
 mkdir -p /root /files /vblk
 cd /vblk
-ln -sf /l2/bzImage bzImage; ln -sf /l2/initrd initrd; ln -sf "$VBLK_DISK" disk
+ln -sf /l2/bzImage bzImage; ln -sf /l2/initrd initrd; ln -sf /l2/vmlinux vmlinux; ln -sf "$VBLK_DISK" disk
 [ -x /bin/vblk ] && ln -sf /bin/vblk vblk
 [ -e files ] || ln -sf /files files
 
