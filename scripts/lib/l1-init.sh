@@ -61,6 +61,9 @@ rc=$?
 echo "===VBLK-L1-CMD-END=== rc=$rc"
 sync
 mountpoint -q /mnt/disk 2>/dev/null && umount /mnt/disk
+# QEMU runs L1 with -no-reboot: a reboot ends it, with or without ACPI
+reboot -f
+sleep 5
 poweroff -f
 sleep 5
 echo o > /proc/sysrq-trigger
