@@ -1,0 +1,132 @@
+#!/bin/sh
+# System tests, run by scripts/systest where a stock Linux guest can run
+# (inside the nested harness's L1, or directly on a host with hardware KVM).
+# POSIX sh (busybox). Prints TAP-style "ok N - name" / "not ok N - name".
+# Environment from scripts/nested: VBLK_BIN VBLK_L2_KERNEL VBLK_L2_INITRD
+# VBLK_L2_APPEND VBLK_DISK (a file on a real filesystem: --fs ext4).
+n=0
+fails=0
+dir=$(dirname "$VBLK_DISK")
+T=${VBLK_SYSTEST_TIMEOUT:-240}
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "$2" ] && tail -n 25 "$2" | sed 's/^/#   /'; }
+
+# run_vblk LOG APPEND-EXTRA ARGS...: boot the guest image; returns vblk's status.
+run_vblk() {
+    log=$1; extra=$2; shift 2
+    timeout "$T" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
+        -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+        -append "$VBLK_L2_APPEND $extra" "$@" >"$log" 2>&1
+}
+
+drive() { # drive ID FILE [extra keys]; cache=none unless the keys say otherwise
+    case "${3:-}" in *cache=*) c="" ;; *) c=",cache=none" ;; esac
+    echo "if=none,id=$1,file=$2,format=raw$c${3:+,$3}"
+}
+
+b64() { base64 | tr -d '\n'; }
+
+blocks_kib() { du -k "$1" | cut -f1; }
+
+# 1. Device facts, MSI-X, and poweroff ending vblk with status 0.
+truncate -s 1G "$dir/info.img"
+run_vblk "$dir/info.log" "" \
+    -drive "$(drive drive0 "$dir/info.img" aio=native)" \
+    -device virtio-blk-pci,drive=drive0,scsi=off,x-data-plane=on,serial=sysdisk0
+rc=$?
+if [ $rc -eq 0 ]; then ok "guest poweroff ends vblk with status 0"; else nok "guest poweroff ends vblk with status 0 (rc=$rc)" "$dir/info.log"; fi
+if grep -q 'VBLK-INFO vda size=1073741824 lbs=512 pbs=512 serial=sysdisk0' "$dir/info.log"; then
+    ok "/dev/vda has the right capacity, block size and serial"
+else
+    nok "/dev/vda has the right capacity, block size and serial" "$dir/info.log"
+fi
+if grep 'VBLK-IRQ' "$dir/info.log" | grep -q 'PCI-MSI.*req'; then
+    ok "queue interrupts are MSI-X vectors"
+else
+    nok "queue interrupts are MSI-X vectors" "$dir/info.log"
+fi
+
+# 2. fio write + verify=crc32c, QD1 and QD32, host aio=native and aio=io_uring.
+for aio in native io_uring; do
+    eng=libaio; [ "$aio" = io_uring ] && eng=io_uring
+    truncate -s 256M "$dir/v-$aio.img"
+    run_vblk "$dir/v-$aio.log" "vblk.job=verify-4k-qd1,verify-4k-qd32 vblk.vsize=32M vblk.engine=$eng" \
+        -drive "$(drive drive0 "$dir/v-$aio.img" aio=$aio)" \
+        -device virtio-blk-pci,drive=drive0,x-data-plane=on
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd1 rc=0' "$dir/v-$aio.log" &&
+        grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/v-$aio.log" &&
+        grep -q 'VBLK-EXIT 0' "$dir/v-$aio.log"; then
+        ok "fio crc32c verify QD1+QD32, dataplane aio=$aio, guest $eng"
+    else
+        nok "fio crc32c verify QD1+QD32, dataplane aio=$aio, guest $eng (rc=$rc)" "$dir/v-$aio.log"
+    fi
+done
+
+# 3. Two disks at once: one dataplane on, one off (the seeds' second thread).
+truncate -s 256M "$dir/two-a.img" "$dir/two-b.img"
+job=$(cat <<'JOB' | b64
+[global]
+ioengine=libaio
+direct=1
+verify=crc32c
+verify_fatal=1
+rw=randwrite
+bs=4k
+iodepth=16
+size=16M
+[on]
+filename=/dev/vda
+[off]
+filename=/dev/vdb
+JOB
+)
+run_vblk "$dir/two.log" "vblk.jobb64=$job" \
+    -drive "$(drive d-on "$dir/two-a.img" aio=native)" \
+    -device virtio-blk-pci,drive=d-on,x-data-plane=on \
+    -drive "$(drive d-off "$dir/two-b.img" aio=native)" \
+    -device virtio-blk-pci,drive=d-off,x-data-plane=off
+rc=$?
+if [ $rc -eq 0 ] && grep -q 'VBLK-EXIT 0' "$dir/two.log"; then
+    ok "two disks (x-data-plane=on and off) verified concurrently"
+else
+    nok "two disks (x-data-plane=on and off) verified concurrently (rc=$rc)" "$dir/two.log"
+fi
+
+# 4. FLUSH reaches the host: the guest writes and syncs, the host file holds it.
+truncate -s 64M "$dir/flush.img"
+sh=$(printf '%s\n' 'printf "vblk-flush-%s\n" marker-7f3a | dd of=/dev/vda bs=512 seek=2048 conv=sync,fsync 2>/dev/null' 'sync' | b64)
+run_vblk "$dir/flush.log" "vblk.shb64=$sh" \
+    -drive "$(drive drive0 "$dir/flush.img" aio=io_uring,cache=writeback)" \
+    -device virtio-blk-pci,drive=drive0,x-data-plane=on
+rc=$?
+if [ $rc -eq 0 ] && dd if="$dir/flush.img" bs=512 skip=2048 count=1 2>/dev/null | grep -q 'vblk-flush-marker-7f3a'; then
+    ok "guest sync: the host file holds the data"
+else
+    nok "guest sync: the host file holds the data (rc=$rc)" "$dir/flush.log"
+fi
+
+# 5. blkdiscard punches a hole in the sparse host file.
+rm -f "$dir/disc.img"; truncate -s 128M "$dir/disc.img"
+sh=$(echo 'dd if=/dev/urandom of=/dev/vda bs=1M count=48 oflag=direct 2>/dev/null; sync' | b64)
+run_vblk "$dir/disc1.log" "vblk.shb64=$sh" \
+    -drive "$(drive drive0 "$dir/disc.img" aio=native,discard=unmap)" \
+    -device virtio-blk-pci,drive=drive0,x-data-plane=on
+before=$(blocks_kib "$dir/disc.img")
+sh=$(echo 'blkdiscard /dev/vda && sync' | b64)
+run_vblk "$dir/disc2.log" "vblk.shb64=$sh" \
+    -drive "$(drive drive0 "$dir/disc.img" aio=native,discard=unmap)" \
+    -device virtio-blk-pci,drive=drive0,x-data-plane=on
+rc=$?
+after=$(blocks_kib "$dir/disc.img")
+echo "# discard: ${before} KiB allocated before, ${after} KiB after"
+if [ $rc -eq 0 ] && [ "$before" -ge 40000 ] && [ "$after" -lt 8192 ] &&
+    grep -q 'VBLK-SH-END=== rc=0' "$dir/disc2.log"; then
+    ok "blkdiscard punches a hole in the sparse host file"
+else
+    nok "blkdiscard punches a hole in the sparse host file (rc=$rc)" "$dir/disc2.log"
+fi
+
+echo "# $n system tests, $fails failed"
+[ $fails -eq 0 ]
