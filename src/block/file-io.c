@@ -1,0 +1,455 @@
+/*
+ * Request paths of the file node. Requests arrive already aligned (io.c).
+ *
+ *  aio=threads: each request is a ThreadPoolItem; a worker runs the
+ *    blocking syscall (preadv/pwritev loops, fdatasync, fallocate/ioctl);
+ *  aio=native / io_uring: the dataplane's IOQ, its completion eventfd
+ *    watched by the node's loop, one ioq_submit() per loop iteration.
+ *
+ * cache.no-flush makes flushes succeed without a syscall. BLK_REQ_FUA on a
+ * write adds an fdatasync before the write completes (writethrough).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "file-int.h"
+
+#define ZERO_CHUNK (1u << 20)
+
+typedef struct FileReq {
+    ThreadPoolItem item;
+    IOQReq ioreq;
+    FileState *s;
+    BlockNodeReq *req;
+    bool fua_pending; /* IOQ: the write is done, its flush is in flight */
+} FileReq;
+
+/* ---- blocking helpers, run in a worker ---- */
+
+static int do_preadv(int fd, BlockNodeReq *r)
+{
+    uint64_t done = 0;
+
+    if (r->niov > IOV_MAX) {
+        return -EINVAL;
+    }
+    while (done < r->bytes) {
+        struct iovec local[IOV_MAX];
+        int n = 0;
+        size_t skip = done;
+        ssize_t got;
+
+        /* the iovec tail still to transfer (after a short read) */
+        for (int i = 0; i < r->niov; i++) {
+            if (skip >= r->iov[i].iov_len) {
+                skip -= r->iov[i].iov_len;
+                continue;
+            }
+            local[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
+            local[n++].iov_len = r->iov[i].iov_len - skip;
+            skip = 0;
+        }
+        got = preadv(fd, local, n, (off_t)(r->offset + done));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            return -errno;
+        }
+        if (got == 0) {
+            /* end of file: the rest reads as zeroes, as QEMU does */
+            for (int i = 0; i < n; i++) {
+                memset(local[i].iov_base, 0, local[i].iov_len);
+            }
+            break;
+        }
+        done += (uint64_t)got;
+    }
+    return 0;
+}
+
+static int do_pwritev(int fd, BlockNodeReq *r)
+{
+    uint64_t done = 0;
+
+    if (r->niov > IOV_MAX) {
+        return -EINVAL;
+    }
+    while (done < r->bytes) {
+        struct iovec local[IOV_MAX];
+        int n = 0;
+        size_t skip = done;
+        ssize_t put;
+
+        for (int i = 0; i < r->niov; i++) {
+            if (skip >= r->iov[i].iov_len) {
+                skip -= r->iov[i].iov_len;
+                continue;
+            }
+            local[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
+            local[n++].iov_len = r->iov[i].iov_len - skip;
+            skip = 0;
+        }
+        put = pwritev(fd, local, n, (off_t)(r->offset + done));
+        if (put < 0 && errno == EINTR) {
+            continue;
+        }
+        if (put < 0) {
+            return -errno;
+        }
+        if (put == 0) {
+            return -ENOSPC;
+        }
+        done += (uint64_t)put;
+    }
+    return 0;
+}
+
+static int do_fdatasync(int fd)
+{
+    return fdatasync(fd) < 0 ? -errno : 0;
+}
+
+/* Write zeroes with plain writes when the filesystem cannot do it cheaply. */
+static int write_zero_chunks(FileState *s, uint64_t off, uint64_t len)
+{
+    void *buf = NULL;
+    int ret = 0;
+
+    if (posix_memalign(&buf, 4096, ZERO_CHUNK) != 0) {
+        return -ENOMEM;
+    }
+    memset(buf, 0, ZERO_CHUNK);
+    while (len && ret == 0) {
+        struct iovec iov = {buf, MIN(len, ZERO_CHUNK)};
+        BlockNodeReq w = {.offset = off, .bytes = iov.iov_len, .iov = &iov, .niov = 1};
+
+        ret = do_pwritev(s->fd, &w);
+        off += iov.iov_len;
+        len -= iov.iov_len;
+    }
+    free(buf);
+    return ret;
+}
+
+static int do_discard(FileState *s, BlockNodeReq *r)
+{
+    int ret;
+
+    if (s->is_blockdev) {
+        uint64_t range[2] = {r->offset, r->bytes};
+
+        ret = ioctl(s->fd, BLKDISCARD, range) < 0 ? -errno : 0;
+    } else {
+        ret = fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->offset,
+                        (off_t)r->bytes) < 0
+                  ? -errno
+                  : 0;
+    }
+    /* discard is advisory: "not supported here" is not an error */
+    return ret == -EOPNOTSUPP || ret == -ENOTTY ? 0 : ret;
+}
+
+static int do_write_zeroes(FileState *s, BlockNodeReq *r)
+{
+    int ret;
+
+    if (s->is_blockdev) {
+        uint64_t range[2] = {r->offset, r->bytes};
+
+        ret = ioctl(s->fd, BLKZEROOUT, range) < 0 ? -errno : 0;
+    } else {
+        ret = -EOPNOTSUPP;
+        if (r->flags & BLK_REQ_MAY_UNMAP) {
+            ret = fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->offset,
+                            (off_t)r->bytes) < 0
+                      ? -errno
+                      : 0;
+        }
+        if (ret < 0) {
+            ret = fallocate(s->fd, FALLOC_FL_ZERO_RANGE, (off_t)r->offset, (off_t)r->bytes) < 0
+                      ? -errno
+                      : 0;
+        }
+    }
+    if (ret == -EOPNOTSUPP || ret == -ENOTTY || ret == -EINVAL) {
+        ret = write_zero_chunks(s, r->offset, r->bytes);
+    }
+    return ret;
+}
+
+static int file_worker(ThreadPoolItem *item)
+{
+    FileReq *fr = container_of(item, FileReq, item);
+    FileState *s = fr->s;
+    BlockNodeReq *r = fr->req;
+    int ret;
+
+    switch (r->op) {
+    case BLOCK_OP_READ:
+        return do_preadv(s->fd, r);
+    case BLOCK_OP_WRITE:
+        ret = do_pwritev(s->fd, r);
+        break;
+    case BLOCK_OP_FLUSH:
+        return do_fdatasync(s->fd);
+    case BLOCK_OP_DISCARD:
+        return do_discard(s, r);
+    case BLOCK_OP_WRITE_ZEROES:
+        ret = do_write_zeroes(s, r);
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (ret == 0 && (r->flags & BLK_REQ_FUA) && !s->bs->no_flush) {
+        ret = do_fdatasync(s->fd);
+    }
+    return ret;
+}
+
+/* ---- completion (loop thread) ---- */
+
+static void file_req_finish(FileReq *fr, int ret)
+{
+    BlockNodeReq *r = fr->req;
+
+    fr->s->inflight--;
+    g_free(fr);
+    r->cb(r, ret);
+}
+
+static void pool_done(ThreadPoolItem *item, int ret)
+{
+    file_req_finish(container_of(item, FileReq, item), ret);
+}
+
+static void ioq_done(IOQReq *ior, int ret)
+{
+    FileReq *fr = ior->opaque;
+    BlockNode *bs = fr->s->bs;
+
+    if (ret == 0 && !fr->fua_pending && (fr->req->flags & BLK_REQ_FUA) && !bs->no_flush &&
+        (ior->op == IOQ_OP_WRITE || ior->op == IOQ_OP_WRITE_ZEROES)) {
+        /* writethrough: the IOQ orders this flush after the write */
+        fr->fua_pending = true;
+        bs->stats.flushes++;
+        memset(ior, 0, sizeof(*ior));
+        ior->op = IOQ_OP_FLUSH;
+        ior->cb = ioq_done;
+        ior->opaque = fr;
+        ret = ioq_enqueue(fr->s->ioq, ior);
+        if (ret == 0) {
+            event_bh_schedule(fr->s->submit_bh);
+            return;
+        }
+    }
+    if (ret == -EOPNOTSUPP && ior->op == IOQ_OP_DISCARD) {
+        ret = 0;
+    }
+    file_req_finish(fr, ret);
+}
+
+static void ioq_fd_read(void *opaque)
+{
+    FileState *s = opaque;
+    uint64_t v;
+
+    /* clear the eventfd first, then reap: a completion after this re-arms it */
+    if (read(ioq_get_fd(s->ioq), &v, sizeof(v)) < 0 && errno != EAGAIN) {
+        g_warning("block: IOQ eventfd read failed: %s", g_strerror(errno));
+    }
+    ioq_process_completions(s->ioq);
+}
+
+static void submit_bh_cb(void *opaque)
+{
+    FileState *s = opaque;
+
+    ioq_submit(s->ioq);
+}
+
+/* ---- submission ---- */
+
+static bool is_write_op(BlockOp op)
+{
+    return op == BLOCK_OP_WRITE || op == BLOCK_OP_WRITE_ZEROES;
+}
+
+static void count_op(BlockNode *bs, BlockNodeReq *req)
+{
+    switch (req->op) {
+    case BLOCK_OP_READ:
+        bs->stats.reads++;
+        break;
+    case BLOCK_OP_WRITE:
+        bs->stats.writes++;
+        break;
+    case BLOCK_OP_FLUSH:
+        bs->stats.flushes++;
+        break;
+    case BLOCK_OP_DISCARD:
+        bs->stats.discards++;
+        break;
+    case BLOCK_OP_WRITE_ZEROES:
+        bs->stats.write_zeroes++;
+        break;
+    default:
+        break;
+    }
+    if ((req->flags & BLK_REQ_FUA) && !bs->no_flush && is_write_op(req->op)) {
+        bs->stats.flushes++; /* the fdatasync that makes it stable */
+    }
+}
+
+static const IOQOp ioq_ops[] = {
+    [BLOCK_OP_READ] = IOQ_OP_READ,
+    [BLOCK_OP_WRITE] = IOQ_OP_WRITE,
+    [BLOCK_OP_FLUSH] = IOQ_OP_FLUSH,
+    [BLOCK_OP_DISCARD] = IOQ_OP_DISCARD,
+    [BLOCK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
+};
+
+static void submit_ioq(FileState *s, FileReq *fr)
+{
+    BlockNodeReq *r = fr->req;
+    IOQReq *ior = &fr->ioreq;
+    int ret;
+
+    ior->op = ioq_ops[r->op];
+    ior->offset = r->offset;
+    ior->len = r->op == BLOCK_OP_FLUSH ? 0 : r->bytes;
+    ior->iov = r->iov;
+    ior->niov = r->niov;
+    ior->may_unmap = (r->flags & BLK_REQ_MAY_UNMAP) != 0;
+    ior->cb = ioq_done;
+    ior->opaque = fr;
+    ret = ioq_enqueue(s->ioq, ior);
+    if (ret < 0) {
+        s->inflight--;
+        g_free(fr);
+        bdrv_complete_later(s->bs, r, ret);
+        return;
+    }
+    event_bh_schedule(s->submit_bh);
+}
+
+/* Context: loop thread */
+void file_io_submit(BlockNode *bs, BlockNodeReq *req)
+{
+    FileState *s = bs->opaque;
+    FileReq *fr;
+
+    if (req->op >= BLOCK_OP__MAX) {
+        bdrv_complete_later(bs, req, -EINVAL);
+        return;
+    }
+    if (req->op == BLOCK_OP_FLUSH && bs->no_flush) {
+        bs->stats.flushes_skipped++;
+        bdrv_complete_later(bs, req, 0);
+        return;
+    }
+    if (s->aio == FILE_AIO_THREADS) {
+        count_op(bs, req);
+    } else {
+        /* IOQ path: the FUA flush is counted when it is issued */
+        BlockNodeReq plain = *req;
+
+        plain.flags = 0;
+        count_op(bs, &plain);
+    }
+    fr = g_new0(FileReq, 1);
+    fr->s = s;
+    fr->req = req;
+    s->inflight++;
+    if (s->aio == FILE_AIO_THREADS) {
+        fr->item.fn = file_worker;
+        fr->item.done = pool_done;
+        thread_pool_submit(s->pool, &fr->item);
+    } else {
+        submit_ioq(s, fr);
+    }
+}
+
+/* ---- setup ---- */
+
+/* Context: main loop */
+bool file_io_init(BlockNode *bs, GError **errp)
+{
+    FileState *s = bs->opaque;
+    IOQConfig cfg = {
+        .engine = s->aio == FILE_AIO_NATIVE ? "native" : "io_uring",
+        .fd = s->fd,
+        .direct = bs->direct,
+        .logical_block_size = bs->direct ? bs->request_alignment : 512,
+        .mem_align = bs->direct ? bs->min_mem_align : 0,
+    };
+
+    if (s->aio == FILE_AIO_THREADS) {
+        s->pool = thread_pool_new(NULL, FILE_POOL_WORKERS);
+        return true;
+    }
+    s->ioq = ioq_new(&cfg, errp);
+    return s->ioq != NULL;
+}
+
+/* Context: main loop; drained */
+void file_io_cleanup(BlockNode *bs)
+{
+    FileState *s = bs->opaque;
+
+    thread_pool_free(s->pool);
+    s->pool = NULL;
+    if (s->ioq) {
+        ioq_free(s->ioq);
+        s->ioq = NULL;
+    }
+}
+
+/* Context: main loop */
+void file_io_attach(BlockNode *bs)
+{
+    FileState *s = bs->opaque;
+    EventFdOps ops = {.read = ioq_fd_read};
+    GError *err = NULL;
+
+    if (s->pool) {
+        thread_pool_set_loop(s->pool, bs->loop);
+        return;
+    }
+    s->submit_bh = event_bh_new(bs->loop, submit_bh_cb, s);
+    if (!event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), &ops, s, &err)) {
+        g_warning("block: cannot watch the IOQ of '%s': %s", s->filename, err->message);
+        g_error_free(err);
+        return;
+    }
+    s->fd_watched = true;
+}
+
+/* Context: main loop; drained. Safe if never attached. */
+void file_io_detach(BlockNode *bs)
+{
+    FileState *s = bs->opaque;
+
+    if (!s) {
+        return;
+    }
+    if (s->pool) {
+        thread_pool_set_loop(s->pool, NULL);
+        return;
+    }
+    if (s->fd_watched) {
+        event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), NULL, NULL, NULL);
+        s->fd_watched = false;
+    }
+    if (s->submit_bh) {
+        event_bh_delete(s->submit_bh);
+        s->submit_bh = NULL;
+    }
+}
