@@ -7,6 +7,9 @@
 
 #include "vblk/machine.h"
 #include "vblk/options.h"
+#ifdef VBLK_HAVE_VIRTIO_BLK_PCI
+#include "vblk/virtio-blk-pci.h"
+#endif
 
 /* Context: main thread */
 int main(int argc, char **argv)
@@ -32,6 +35,10 @@ int main(int argc, char **argv)
     for (guint i = 0; i < opts->warnings->len; i++) {
         fprintf(stderr, "vblk: warning: %s\n", (char *)opts->warnings->pdata[i]);
     }
+#ifdef VBLK_HAVE_VIRTIO_BLK_PCI
+    /* Linked with src/virtio's device model: -device virtio-blk-pci is real. */
+    virtio_blk_pci_register();
+#endif
     status = machine_run(opts);
     options_free(opts);
     return status;
