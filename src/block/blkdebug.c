@@ -148,28 +148,32 @@ static bool rule_matches(const BlkdebugRule *r, const BlockNodeReq *req)
     return true;
 }
 
-/* The errno to fail @req with, or 0. */
+/* The errno to fail @req with, or 0. Every matching rule counts the request. */
 static int blkdebug_check(BlkdebugState *s, const BlockNodeReq *req)
 {
+    int fire = -1;
+    int err;
+
     for (unsigned i = 0; i < s->rules->len; i++) {
         BlkdebugRuleState *rs = g_ptr_array_index(s->rules, i);
-        int err;
 
         if (!rule_matches(&rs->rule, req)) {
             continue;
         }
         rs->seen++;
-        if (rs->rule.nth && rs->seen != rs->rule.nth) {
-            continue;
+        if (fire < 0 && (!rs->rule.nth || rs->seen == rs->rule.nth)) {
+            fire = (int)i;
         }
-        err = rs->rule.error;
-        if (rs->rule.once) {
-            g_ptr_array_remove_index(s->rules, i);
-        }
-        s->fired++;
-        return err;
     }
-    return 0;
+    if (fire < 0) {
+        return 0;
+    }
+    err = ((BlkdebugRuleState *)g_ptr_array_index(s->rules, fire))->rule.error;
+    if (((BlkdebugRuleState *)g_ptr_array_index(s->rules, fire))->rule.once) {
+        g_ptr_array_remove_index(s->rules, (guint)fire);
+    }
+    s->fired++;
+    return err;
 }
 
 static void blkdebug_child_done(BlockNodeReq *r, int ret)
