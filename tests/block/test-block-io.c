@@ -172,6 +172,9 @@ static void misaligned_on(const char *path, const char *mode_opts, bool check_bo
         /* O_DIRECT: odd addresses and sub-block ranges must have bounced */
         g_assert_cmpuint(blk_get_request_alignment(blk), >=, 512);
         g_assert_cmpuint(blk_get_opt_mem_alignment(blk), >=, 4096);
+        blk_node_get_stats(blk_find_node(blk, blk_root_node_name(blk)), &st);
+        g_assert_cmpuint(st.bounced, >, 0);
+        g_assert_cmpuint(st.rmw, >, 0);
     }
     g_rand_free(rnd);
     g_free(shadow);
