@@ -4,7 +4,8 @@
  *
  * Device models plug in by driver name: machine_register_device() before
  * machine_run(); the callback creates the device for one -device and adds a
- * cleanup with machine_add_cleanup(). A -device with no registered model is
+ * cleanup with machine_add_cleanup(). It runs on the main thread before any
+ * vCPU exists, without the device lock (take it with vm_lock() if needed). A -device with no registered model is
  * reported as "not wired yet" and skipped.
  */
 #ifndef VBLK_MACHINE_H

@@ -163,10 +163,8 @@ static bool machine_add_devices(Machine *m, GError **errp)
                     dev->driver, dev->drive);
             continue;
         }
-        vm_lock(m->vm);
-        bool ok = fn(m, dev, drive, errp);
-        vm_unlock(m->vm);
-        if (!ok) {
+        /* No vCPU runs yet; the model takes the device lock where it needs it. */
+        if (!fn(m, dev, drive, errp)) {
             return false;
         }
     }
