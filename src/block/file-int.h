@@ -22,6 +22,7 @@ typedef struct FileState {
     ThreadPool *pool;   /* aio=threads */
     IOQ *ioq;           /* aio=native / io_uring */
     EventBH *submit_bh; /* batches ioq_submit() per loop iteration */
+    GQueue pending;     /* FileReq* waiting for submit_bh */
     bool fd_watched;
     unsigned inflight;
 } FileState;

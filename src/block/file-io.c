@@ -268,10 +268,22 @@ static void ioq_fd_read(void *opaque)
     ioq_process_completions(s->ioq);
 }
 
+static void enqueue_one(FileState *s, FileReq *fr);
+
+/*
+ * Requests are handed to the IOQ only from this BH, never from inside
+ * ioq_process_completions(): a completion callback that issues a new request
+ * (resubmission, RMW, a guest-like workload on a fast device) would otherwise
+ * keep the reap loop busy forever and starve the rest of the main loop.
+ */
 static void submit_bh_cb(void *opaque)
 {
     FileState *s = opaque;
+    FileReq *fr;
 
+    while ((fr = g_queue_pop_head(&s->pending))) {
+        enqueue_one(s, fr);
+    }
     ioq_submit(s->ioq);
 }
 
@@ -316,7 +328,7 @@ static const IOQOp ioq_ops[] = {
     [BLOCK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
 };
 
-static void submit_ioq(FileState *s, FileReq *fr)
+static void enqueue_one(FileState *s, FileReq *fr)
 {
     BlockNodeReq *r = fr->req;
     IOQReq *ior = &fr->ioreq;
@@ -335,8 +347,12 @@ static void submit_ioq(FileState *s, FileReq *fr)
         s->inflight--;
         g_free(fr);
         bdrv_complete_later(s->bs, r, ret);
-        return;
     }
+}
+
+static void submit_ioq(FileState *s, FileReq *fr)
+{
+    g_queue_push_tail(&s->pending, fr);
     event_bh_schedule(s->submit_bh);
 }
 
