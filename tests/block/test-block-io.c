@@ -503,6 +503,58 @@ static void test_raw_window(void)
     bt_remove(path);
 }
 
+/* A callback that issues the next request at once must not starve the loop. */
+typedef struct Chain {
+    BlockBackend *blk;
+    struct iovec iov;
+    bool stop;
+    uint64_t done;
+} Chain;
+
+static void chain_cb(void *opaque, int ret)
+{
+    Chain *c = opaque;
+
+    g_assert_cmpint(ret, ==, 0);
+    c->done++;
+    if (!c->stop) {
+        blk_aio_preadv(c->blk, 0, &c->iov, 1, 4096, 0, chain_cb, c);
+    }
+}
+
+static void test_resubmit_from_callback(void)
+{
+    static const char *const aios[] = {"io_uring", "native", "threads"};
+    char *path = bt_scratch_file(65536, 8);
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(aios); i++) {
+        Chain c[8];
+        BtDone tick = {0};
+        BlockBackend *blk = bt_drive("file=%s,cache=none,aio=%s", path, aios[i]);
+        BlockBackend *other = bt_blockdev("driver=null-aio,latency-ns=50000000");
+        uint8_t tmp[512];
+        struct iovec iov = {tmp, 512};
+        void *mem = aligned_alloc(4096, 8 * 4096);
+
+        for (int k = 0; k < 8; k++) {
+            c[k] = (Chain){.blk = blk, .iov = {(uint8_t *)mem + k * 4096, 4096}};
+            blk_aio_preadv(blk, 0, &c[k].iov, 1, 4096, 0, chain_cb, &c[k]);
+        }
+        /* a timer-driven request elsewhere still completes while the chain runs */
+        blk_aio_preadv(other, 0, &iov, 1, 512, 0, bt_cb, &tick);
+        bt_wait(&tick);
+        for (int k = 0; k < 8; k++) {
+            c[k].stop = true;
+            g_assert_cmpuint(c[k].done, >, 0);
+        }
+        blk_drain(blk);
+        blk_unref(other);
+        blk_unref(blk);
+        free(mem);
+    }
+    bt_remove(path);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -518,5 +570,6 @@ int main(int argc, char **argv)
     g_test_add_func("/block/cache-modes", test_cache_modes);
     g_test_add_func("/block/discard-zeroes", test_discard_zeroes);
     g_test_add_func("/block/raw-window", test_raw_window);
+    g_test_add_func("/block/resubmit-from-callback", test_resubmit_from_callback);
     return g_test_run();
 }
