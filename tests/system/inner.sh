@@ -48,8 +48,10 @@ else
 fi
 
 # 2. fio write + verify=crc32c, QD1 and QD32, host aio=native and aio=io_uring.
+# The guest's own engine stays libaio: guest io_uring panics the L2 kernel in
+# the nested harness (seen with this guest image; see docs/harness.md).
 for aio in native io_uring; do
-    eng=libaio; [ "$aio" = io_uring ] && eng=io_uring
+    eng=${VBLK_SYSTEST_GUEST_ENGINE:-libaio}
     truncate -s 256M "$dir/v-$aio.img"
     run_vblk "$dir/v-$aio.log" "vblk.job=verify-4k-qd1,verify-4k-qd32 vblk.vsize=32M vblk.engine=$eng" \
         -drive "$(drive drive0 "$dir/v-$aio.img" aio=$aio)" \
