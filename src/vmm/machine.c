@@ -8,9 +8,10 @@
 
 #include "vblk/boot.h"
 #include "vblk/console.h"
-#include "vblk/machine.h"
+#include "machine-internal.h"
 #include "vblk/mptable.h"
 #include "vblk/ports.h"
+#include "vblk/qmp.h"
 
 typedef struct MachineCleanup {
     void (*fn)(void *opaque);
@@ -279,6 +280,7 @@ int machine_run(const VmmOptions *opts)
     Machine m = {.opts = opts};
     struct sigaction sa = {.sa_handler = machine_on_signal};
     GError *err = NULL;
+    bool have_qmp = false;
     int status = 1;
 
     m.cleanups = g_array_new(FALSE, FALSE, sizeof(MachineCleanup));
@@ -288,7 +290,7 @@ int machine_run(const VmmOptions *opts)
         g_array_free(m.cleanups, TRUE);
         return 1;
     }
-    if (machine_build(&m, &err)) {
+    if (machine_build(&m, &err) && machine_monitors_open(m.vm, opts, &have_qmp, &err)) {
         machine_signal_vm = m.vm;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
@@ -296,8 +298,10 @@ int machine_run(const VmmOptions *opts)
         sigaction(SIGHUP, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
         if (console_start(m.console, &err) && vm_start(m.vm, opts->start_paused, &err)) {
-            status = vm_wait_exit(m.vm);
+            status = machine_main_loop(m.vm, opts->start_paused, have_qmp);
             machine_print_stats(m.vm);
+        } else if (have_qmp) {
+            qmp_cleanup();
         }
     }
     if (err) {

@@ -8,6 +8,8 @@
 #include <glib.h>
 #include <glib-unix.h>
 #include <glib/gstdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
@@ -283,6 +285,92 @@ static void test_cli(void)
     g_rmdir(dir);
 }
 
+/* Reads from @fd until @needle shows up (or EOF); returns everything read. */
+static char *read_until(int fd, const char *needle)
+{
+    GString *s = g_string_new(NULL);
+    char buf[512];
+    ssize_t r;
+
+    while (!strstr(s->str, needle) && (r = read(fd, buf, sizeof(buf))) > 0) {
+        g_string_append_len(s, buf, r);
+    }
+    return g_string_free(s, FALSE);
+}
+
+static int qmp_connect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    g_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
+    for (int i = 0; i < 100; i++) {
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            return fd;
+        }
+        g_usleep(20000);
+    }
+    close(fd);
+    return -1;
+}
+
+static void qmp_send(int fd, const char *cmd)
+{
+    g_autofree char *line = g_strdup_printf("{\"execute\": \"%s\"}\n", cmd);
+
+    g_assert_cmpint(write(fd, line, strlen(line)), ==, (ssize_t)strlen(line));
+}
+
+/* -S plus -qmp: prelaunch until "cont", then the guest runs and its reset ends vblk. */
+static void test_qmp_cont(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("vblk-qmp-XXXXXX", NULL);
+    g_autofree char *kernel =
+        write_bzimage(dir, "tiny", hello_code, sizeof(hello_code), "qmp says go\n");
+    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
+    g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
+    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
+    g_autofree char *serial_arg = g_strdup_printf("file:%s", log);
+    g_autofree char *out = NULL, *logged = NULL;
+    const char *bin = g_getenv("VBLK_BIN");
+    char *argv[] = {(char *)bin, "-m",    "32",      "-kernel",  kernel, "-S",
+                    "-qmp",      qmp_arg, "-serial", serial_arg, NULL};
+    GPid pid;
+    int fd, status;
+
+    if (!bin || !kvm_usable()) {
+        if (!bin) {
+            g_test_skip("VBLK_BIN not set");
+        }
+        return;
+    }
+    g_assert_true(g_spawn_async(NULL, argv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL,
+                                &pid, NULL));
+    fd = qmp_connect(sock);
+    g_assert_cmpint(fd, >=, 0);
+    g_free(read_until(fd, "\n"));
+    qmp_send(fd, "qmp_capabilities");
+    g_free(read_until(fd, "\n"));
+    qmp_send(fd, "query-status");
+    out = read_until(fd, "\n");
+    g_assert_nonnull(strstr(out, "prelaunch"));
+    g_free(out);
+    qmp_send(fd, "cont");
+    out = read_until(fd, "guest-reset");
+    g_assert_nonnull(strstr(out, "RESUME"));
+    g_assert_nonnull(strstr(out, "\"SHUTDOWN\""));
+    close(fd);
+    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+    g_assert_true(g_file_get_contents(log, &logged, NULL, NULL));
+    g_assert_cmpstr(logged, ==, "qmp says go\n");
+    g_unlink(kernel);
+    g_unlink(log);
+    g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -290,5 +378,6 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/kvm/unhandled-accesses", test_unhandled_accesses);
     g_test_add_func("/vmm/kvm/paused-start-smp", test_paused_start_smp);
     g_test_add_func("/vmm/kvm/cli", test_cli);
+    g_test_add_func("/vmm/kvm/qmp-cont", test_qmp_cont);
     return g_test_run();
 }
