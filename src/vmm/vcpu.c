@@ -326,7 +326,7 @@ static void vcpu_report_error(Vcpu *vcpu, const char *what, uint64_t code)
 
     memset(&regs, 0, sizeof(regs));
     ioctl(vcpu->fd, KVM_GET_REGS, &regs);
-    msg = g_strdup_printf("vCPU %u: %s (code 0x%llx) at rip 0x%llx", vcpu->id, what,
+    msg = g_strdup_printf("vCPU %u: %s (reason 0x%llx) at rip 0x%llx", vcpu->id, what,
                           (unsigned long long)code, (unsigned long long)regs.rip);
     vm_request_exit(vcpu->vm, VM_EXIT_ERROR, msg);
     g_free(msg);
@@ -367,7 +367,10 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
                           run->fail_entry.hardware_entry_failure_reason);
         return false;
     case KVM_EXIT_INTERNAL_ERROR:
-        vcpu_report_error(vcpu, "KVM_EXIT_INTERNAL_ERROR (suberror 1 = emulation failure)",
+        vcpu_report_error(vcpu,
+                          run->internal.suberror == KVM_INTERNAL_ERROR_EMULATION
+                              ? "KVM_EXIT_INTERNAL_ERROR: instruction emulation failed"
+                              : "KVM_EXIT_INTERNAL_ERROR",
                           run->internal.suberror);
         return false;
     default:
