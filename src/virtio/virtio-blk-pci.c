@@ -557,8 +557,9 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
                          .config_size = sizeof(struct virtio_blk_config),
                          .slot = dev->slot,
                          .name = name};
-    /* The machine calls device models with the device lock held. */
+    vm_lock(vm);
     s->vp = virtio_pci_new(vm, machine_pci_bus(m), &pc, &blk_pci_ops, s, errp);
+    vm_unlock(vm);
     if (!s->vp) {
         goto fail;
     }

@@ -1,0 +1,293 @@
+/*
+ * A virtio-blk device's two request paths and the runtime switch between
+ * them; see include/vblk/dp-switch.h.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "vblk/block-exec.h"
+#include "vblk/dp-switch.h"
+
+#define DP_SWITCH_ERROR g_quark_from_static_string("vblk-dp-switch-error")
+
+typedef struct SwQueue {
+    struct DpSwitch *sw;
+    DataPlaneQueue dq;
+    bool block_layer; /* the main loop serves this queue now */
+} SwQueue;
+
+struct DpSwitch {
+    DpSwitchConf conf;
+    DataPlane *dp;
+    BlkExec *exec;
+    bool started;
+    bool on_dataplane;
+    DpSwitchStats st;
+    SwQueue q[];
+};
+
+/* ---- block-layer path (main loop) ---- */
+
+static void bl_notify_queue(SwQueue *sq)
+{
+    static const uint64_t one = 1;
+
+    if (!virtio_blk_queue_flush(sq->dq.q)) {
+        return;
+    }
+    if (sq->dq.isr) {
+        __atomic_or_fetch(sq->dq.isr, 1, __ATOMIC_SEQ_CST);
+    }
+    if (write(sq->dq.guest_notifier, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+        g_warning("block layer: guest notifier: %s", g_strerror(errno));
+    }
+}
+
+/* BlkExec's once-per-batch hook. */
+static void bl_exec_notify(void *opaque, VirtIOBlkQueue *q)
+{
+    DpSwitch *sw = opaque;
+
+    for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+        /* A hook queued before a switch may arrive after it: only our queues. */
+        if (sw->q[i].dq.q == q && sw->q[i].block_layer) {
+            bl_notify_queue(&sw->q[i]);
+        }
+    }
+}
+
+static void bl_process(SwQueue *sq)
+{
+    unsigned popped;
+
+    do {
+        popped = virtio_blk_handle_queue(sq->dq.q);
+    } while (popped && virtio_blk_queue_pending(sq->dq.q));
+    bl_notify_queue(sq); /* requests completed inline (GET_ID, invalid ones) */
+}
+
+static void bl_kick(void *opaque)
+{
+    SwQueue *sq = opaque;
+    uint64_t cnt;
+
+    if (read(sq->dq.host_notifier, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
+        return;
+    }
+    bl_process(sq);
+}
+
+static const EventFdOps bl_kick_ops = {.read = bl_kick};
+
+static bool bl_attach(DpSwitch *sw, GError **errp)
+{
+    for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+        SwQueue *sq = &sw->q[i];
+
+        virtio_blk_queue_set_exec(sq->dq.q, blk_exec_ops(), sw->exec);
+        if (!event_loop_set_fd_handler(sw->conf.main_loop, sq->dq.host_notifier, &bl_kick_ops, sq,
+                                       errp)) {
+            while (i-- > 0) {
+                event_loop_set_fd_handler(sw->conf.main_loop, sw->q[i].dq.host_notifier, NULL, NULL,
+                                          NULL);
+                sw->q[i].block_layer = false;
+                virtio_blk_queue_set_exec(sw->q[i].dq.q, NULL, NULL);
+            }
+            virtio_blk_queue_set_exec(sq->dq.q, NULL, NULL);
+            return false;
+        }
+        sq->block_layer = true;
+    }
+    /* Kick once: what arrived while no one watched the notifiers. */
+    for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+        bl_process(&sw->q[i]);
+    }
+    return true;
+}
+
+static void bl_detach(DpSwitch *sw)
+{
+    for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+        SwQueue *sq = &sw->q[i];
+        uint64_t cnt;
+
+        event_loop_set_fd_handler(sw->conf.main_loop, sq->dq.host_notifier, NULL, NULL, NULL);
+        /* Test-and-clear: the chains it announced stay in the ring for the next path. */
+        while (read(sq->dq.host_notifier, &cnt, sizeof(cnt)) > 0) {
+        }
+    }
+    /* Wait for every request of the block layer, then publish their completions. */
+    blk_drain(sw->conf.backend);
+    while (blk_exec_inflight(sw->exec)) {
+        event_loop_run_once(sw->conf.main_loop, true);
+    }
+    for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+        SwQueue *sq = &sw->q[i];
+
+        bl_notify_queue(sq);
+        sq->block_layer = false;
+        virtio_blk_queue_set_exec(sq->dq.q, NULL, NULL);
+    }
+}
+
+/* ---- lifecycle ---- */
+
+/* Context: main loop, BQL held */
+DpSwitch *dp_switch_new(const DpSwitchConf *conf, GError **errp)
+{
+    DpSwitch *sw;
+    DataPlaneConf dc = {
+        .blk = conf->blk,
+        .iothread = conf->iothread,
+        .ioq = conf->ioq,
+        .num_queues = conf->num_queues,
+        .queue_size = conf->queue_size,
+    };
+
+    if (!conf->blk || !conf->main_loop || !conf->backend || !conf->iothread) {
+        g_set_error(errp, DP_SWITCH_ERROR, EINVAL, "both paths need their resources");
+        return NULL;
+    }
+    sw = g_malloc0(sizeof(*sw) + conf->num_queues * sizeof(SwQueue));
+    sw->conf = *conf;
+    for (unsigned i = 0; i < conf->num_queues; i++) {
+        sw->q[i].sw = sw;
+    }
+    sw->dp = dataplane_create(&dc, errp);
+    if (!sw->dp) {
+        g_free(sw);
+        return NULL;
+    }
+    sw->exec = blk_exec_new(conf->backend, conf->blk, bl_exec_notify, sw);
+    return sw;
+}
+
+/* Context: main loop, BQL held */
+bool dp_switch_start(DpSwitch *sw, bool dataplane, const DataPlaneQueue *queues, unsigned n,
+                     GError **errp)
+{
+    if (sw->started) {
+        g_set_error(errp, DP_SWITCH_ERROR, EBUSY, "already started");
+        return false;
+    }
+    if (n != sw->conf.num_queues) {
+        g_set_error(errp, DP_SWITCH_ERROR, EINVAL, "%u queues given, %u configured", n,
+                    sw->conf.num_queues);
+        return false;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        sw->q[i].dq = queues[i];
+        /* The main loop reads the kick and writes the call without ever blocking. */
+        fcntl(queues[i].host_notifier, F_SETFL,
+              fcntl(queues[i].host_notifier, F_GETFL) | O_NONBLOCK);
+        fcntl(queues[i].guest_notifier, F_SETFL,
+              fcntl(queues[i].guest_notifier, F_GETFL) | O_NONBLOCK);
+    }
+    if (dataplane ? !dataplane_start(sw->dp, queues, n, errp) : !bl_attach(sw, errp)) {
+        return false;
+    }
+    sw->on_dataplane = dataplane;
+    __atomic_store_n(&sw->started, true, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* Context: main loop, BQL held */
+void dp_switch_stop(DpSwitch *sw)
+{
+    if (!sw->started) {
+        return;
+    }
+    if (sw->on_dataplane) {
+        dataplane_stop(sw->dp);
+    } else {
+        bl_detach(sw);
+    }
+    __atomic_store_n(&sw->started, false, __ATOMIC_RELEASE);
+}
+
+/* Context: main loop, BQL held */
+bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
+{
+    DataPlaneQueue dqs[DATAPLANE_MAX_QUEUES];
+    int64_t t0;
+    uint64_t ns;
+    bool ok;
+
+    if (!sw->started || sw->on_dataplane == on) {
+        __atomic_store_n(&sw->on_dataplane, sw->started ? sw->on_dataplane : on, __ATOMIC_RELEASE);
+        return true;
+    }
+    t0 = event_clock_ns();
+    if (on) {
+        bl_detach(sw);
+        for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+            dqs[i] = sw->q[i].dq;
+        }
+        ok = dataplane_start(sw->dp, dqs, sw->conf.num_queues, errp);
+        if (!ok && !bl_attach(sw, NULL)) {
+            g_warning("dp-switch: the device lost both paths");
+        }
+    } else {
+        dataplane_stop(sw->dp);
+        ok = bl_attach(sw, errp);
+        if (!ok) {
+            for (unsigned i = 0; i < sw->conf.num_queues; i++) {
+                dqs[i] = sw->q[i].dq;
+            }
+            if (!dataplane_start(sw->dp, dqs, sw->conf.num_queues, NULL)) {
+                g_warning("dp-switch: the device lost both paths");
+            }
+        }
+    }
+    if (!ok) {
+        return false;
+    }
+    ns = (uint64_t)(event_clock_ns() - t0);
+    __atomic_store_n(&sw->on_dataplane, on, __ATOMIC_RELEASE);
+    sw->st.switches++;
+    sw->st.last_stall_ns = ns;
+    sw->st.total_stall_ns += ns;
+    if (ns > sw->st.max_stall_ns) {
+        sw->st.max_stall_ns = ns;
+    }
+    return true;
+}
+
+/* Context: any thread */
+bool dp_switch_is_dataplane(DpSwitch *sw)
+{
+    return __atomic_load_n(&sw->on_dataplane, __ATOMIC_ACQUIRE);
+}
+
+/* Context: any thread */
+bool dp_switch_is_started(DpSwitch *sw)
+{
+    return __atomic_load_n(&sw->started, __ATOMIC_ACQUIRE);
+}
+
+/* Context: any thread */
+DataPlane *dp_switch_dataplane(DpSwitch *sw)
+{
+    return sw->dp;
+}
+
+/* Context: any thread (values written under the BQL; a torn read is harmless) */
+void dp_switch_get_stats(DpSwitch *sw, DpSwitchStats *st)
+{
+    *st = sw->st;
+}
+
+/* Context: main loop, BQL held */
+void dp_switch_free(DpSwitch *sw)
+{
+    if (!sw) {
+        return;
+    }
+    dp_switch_stop(sw);
+    blk_exec_free(sw->exec);
+    dataplane_destroy(sw->dp);
+    g_free(sw);
+}
