@@ -36,8 +36,9 @@ typedef struct DriveOptions {
     bool cache_no_flush;  /* flushes are ignored: unsafe */
     DriveAio aio;
     bool readonly;
-    bool discard_unmap; /* discard=unmap (on) or ignore (off, default) */
-    bool used;          /* claimed by a device */
+    bool discard_unmap;    /* discard=unmap (on) or ignore (off, default) */
+    GPtrArray *block_opts; /* OptPair*: werror, rerror, node-name, throttling.* (or NULL) */
+    bool used;             /* claimed by a device */
 } DriveOptions;
 
 typedef struct DeviceOptions {

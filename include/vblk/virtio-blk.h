@@ -92,6 +92,10 @@ bool virtio_blk_set_features(VirtIOBlk *blk, uint64_t driver_features, GError **
 /* Negotiated features. Context: any thread (stable while queues run) */
 uint64_t virtio_blk_get_features(const VirtIOBlk *blk);
 
+/* block_resize: the new capacity in sectors (raise a config interrupt after). */
+/* Context: main loop; queue threads see it atomically */
+void virtio_blk_set_capacity(VirtIOBlk *blk, uint64_t sectors);
+
 /* Device reset: forget negotiated features, restore the initial writeback. */
 /* Context: main loop, no queue running */
 void virtio_blk_reset(VirtIOBlk *blk);

@@ -327,6 +327,12 @@ bool virtio_blk_get_writeback(const VirtIOBlk *blk)
     return qatomic_read(&blk->writeback);
 }
 
+/* Context: main loop (block_resize); queue threads read it atomically */
+void virtio_blk_set_capacity(VirtIOBlk *blk, uint64_t sectors)
+{
+    __atomic_store_n(&blk->conf.capacity, sectors, __ATOMIC_RELAXED);
+}
+
 /* Context: any thread */
 void virtio_blk_get_config(const VirtIOBlk *blk, struct virtio_blk_config *cfg)
 {
@@ -334,7 +340,7 @@ void virtio_blk_get_config(const VirtIOBlk *blk, struct virtio_blk_config *cfg)
     uint32_t lbs = c->logical_block_size;
 
     memset(cfg, 0, sizeof(*cfg));
-    cfg->capacity = htole64(c->capacity);
+    cfg->capacity = htole64(__atomic_load_n(&c->capacity, __ATOMIC_RELAXED));
     cfg->size_max = htole32(c->size_max);
     cfg->seg_max = htole32(virtio_blk_conf_seg_max(c));
     cfg->blk_size = htole32(lbs);

@@ -1,12 +1,9 @@
 /*
  * virtio-blk-pci: the virtio-blk request engine behind the virtio-pci
  * transport, served either by a dataplane iothread (x-data-plane=on, or
- * iothread=ID) or synchronously (x-data-plane=off).
- *
- * x-data-plane=off is, until the block layer lands, the *synchronous* path:
- * no ioeventfd is registered, so a kick is an MMIO exit handled in the vCPU
- * thread under the device lock, which pops the queue and runs each request
- * with preadv/pwritev/fdatasync/fallocate before returning to the guest.
+ * iothread=ID) or by the block layer in the main loop (x-data-plane=off),
+ * switchable at runtime (QOM property x-data-plane; see dp-switch.h).
+ * Kicks are KVM ioeventfds on both paths.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -22,32 +19,11 @@
 #include <linux/fs.h>
 #include <linux/virtio_ids.h>
 
-#include "vblk/dataplane.h"
+#include "vblk/dp-switch.h"
 #include "vblk/machine.h"
 #include "vblk/virtio-blk-pci.h"
 #include "vblk/virtio-pci.h"
-
-struct VirtIOBlkPCI {
-    Machine *m;
-    Vm *vm;
-    char *id;
-    VirtIOPCI *vp;
-    GuestMem *gm;
-    VirtIOBlk *blk;
-    VirtIOBlkConf conf;
-    int fd;
-    bool direct;
-    bool no_flush;
-    bool discard_unmap;
-    const char *engine;
-    uint32_t mem_align;
-    bool data_plane;
-    IOThread *iothread; /* borrowed from the registry */
-    DataPlane *dp;
-    unsigned nq; /* queues running (0 when stopped) */
-    VirtQueue *vq[VIRTIO_BLK_MAX_QUEUES];
-    VirtIOBlkQueue *bq[VIRTIO_BLK_MAX_QUEUES];
-};
+#include "virtio-blk-pci-int.h"
 
 /* ---- iothread registry: -object iothread,id=X shared by devices naming it ---- */
 
@@ -95,130 +71,6 @@ static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError 
     g_set_error(errp, VMM_ERROR, ENOENT, "iothread '%s' not found (add -object iothread,id=%s)", id,
                 id);
     return NULL;
-}
-
-/* ---- the synchronous executor (x-data-plane=off) ---- */
-
-static bool iov_aligned(const VirtIOBlkReq *req, uint32_t align)
-{
-    for (unsigned i = 0; i < req->niov; i++) {
-        if (((uintptr_t)req->iov[i].iov_base | req->iov[i].iov_len) & (align - 1)) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* preadv/pwritev, through an aligned bounce buffer when O_DIRECT needs it. */
-static int sync_rw(VirtIOBlkPCI *s, VirtIOBlkReq *req, bool write)
-{
-    void *bounce = NULL;
-    struct iovec one;
-    const struct iovec *iov = req->iov;
-    int niov = (int)req->niov;
-    ssize_t n;
-
-    if (s->direct && !iov_aligned(req, s->mem_align)) {
-        if (posix_memalign(&bounce, s->mem_align, req->len ? req->len : s->mem_align)) {
-            return -ENOMEM;
-        }
-        if (write) {
-            size_t off = 0;
-
-            for (unsigned i = 0; i < req->niov; i++) {
-                memcpy((char *)bounce + off, req->iov[i].iov_base, req->iov[i].iov_len);
-                off += req->iov[i].iov_len;
-            }
-        }
-        one = (struct iovec){bounce, req->len};
-        iov = &one;
-        niov = 1;
-    }
-    do {
-        n = write ? pwritev(s->fd, iov, niov, (off_t)req->offset)
-                  : preadv(s->fd, iov, niov, (off_t)req->offset);
-    } while (n < 0 && errno == EINTR);
-    if (n >= 0 && (uint64_t)n != req->len) {
-        n = write ? -ENOSPC : n; /* short read: past EOF reads as zeroes below */
-    }
-    if (n >= 0 && !write) {
-        size_t off = 0;
-
-        for (unsigned i = 0; i < req->niov; i++) {
-            size_t l = req->iov[i].iov_len;
-
-            if (bounce) {
-                memcpy(req->iov[i].iov_base, (char *)bounce + off, l);
-            }
-            if (off + l > (size_t)n) {
-                size_t keep = off < (size_t)n ? (size_t)n - off : 0;
-
-                memset((char *)req->iov[i].iov_base + keep, 0, l - keep);
-            }
-            off += l;
-        }
-    }
-    free(bounce);
-    if (n < 0) {
-        return n == -ENOSPC ? -ENOSPC : -errno;
-    }
-    if (write && !virtio_blk_get_writeback(s->blk) && !s->no_flush && fdatasync(s->fd) < 0) {
-        return -errno;
-    }
-    return 0;
-}
-
-static int sync_fallocate(VirtIOBlkPCI *s, VirtIOBlkReq *req)
-{
-    int mode;
-
-    if (req->op == VIRTIO_BLK_OP_DISCARD) {
-        if (!s->discard_unmap) {
-            return 0; /* discard=ignore */
-        }
-        mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
-    } else {
-        mode = (req->unmap && s->discard_unmap) ? FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-                                                : FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
-    }
-    if (fallocate(s->fd, mode, (off_t)req->offset, (off_t)req->len) < 0) {
-        return -errno;
-    }
-    return 0;
-}
-
-static void sync_submit(void *opaque, VirtIOBlkReq *req)
-{
-    VirtIOBlkPCI *s = opaque;
-    int ret;
-
-    switch (req->op) {
-    case VIRTIO_BLK_OP_READ:
-        ret = sync_rw(s, req, false);
-        break;
-    case VIRTIO_BLK_OP_WRITE:
-        ret = sync_rw(s, req, true);
-        break;
-    case VIRTIO_BLK_OP_FLUSH:
-        ret = (s->no_flush || fdatasync(s->fd) == 0) ? 0 : -errno;
-        break;
-    default:
-        ret = sync_fallocate(s, req);
-        break;
-    }
-    virtio_blk_req_complete(req, ret);
-}
-
-static const VirtIOBlkExecOps sync_ops = {.submit = sync_submit};
-
-static void sync_process(VirtIOBlkPCI *s, unsigned qi)
-{
-    do {
-        virtio_blk_handle_queue(s->bq[qi]);
-        if (virtio_blk_queue_flush(s->bq[qi])) {
-            virtio_pci_notify_queue(s->vp, qi);
-        }
-    } while (virtio_blk_queue_pending(s->bq[qi]) && !virtqueue_is_broken(s->vq[qi]));
 }
 
 /* ---- transport callbacks (device lock held) ---- */
@@ -285,17 +137,20 @@ static void blk_free_queues(VirtIOBlkPCI *s)
     s->nq = 0;
 }
 
-static bool blk_start_dataplane(VirtIOBlkPCI *s, GError **errp)
+static bool blk_start_paths(VirtIOBlkPCI *s, GError **errp)
 {
-    DataPlaneConf dc = {
+    DpSwitchConf sc = {
         .blk = s->blk,
+        .main_loop = machine_event_loop(s->m),
+        .backend = s->backend,
         .iothread = s->iothread,
         .num_queues = s->nq,
         .queue_size = s->conf.queue_size,
         .ioq = {.engine = s->engine,
                 .fd = s->fd,
                 .direct = s->direct,
-                .logical_block_size = s->conf.logical_block_size},
+                .logical_block_size = s->conf.logical_block_size,
+                .bounce_pool_size = 8 << 20},
     };
     DataPlaneQueue dq[VIRTIO_BLK_MAX_QUEUES];
 
@@ -305,16 +160,16 @@ static bool blk_start_dataplane(VirtIOBlkPCI *s, GError **errp)
                                  .guest_notifier = virtio_pci_guest_notifier(s->vp, i),
                                  .isr = virtio_pci_isr(s->vp)};
     }
-    s->dp = dataplane_create(&dc, errp);
-    if (!s->dp) {
+    s->sw = dp_switch_new(&sc, errp);
+    if (!s->sw) {
         return false;
     }
-    /* Notifiers before the dataplane watches them; it kicks itself once. */
+    /* Kicks reach the host notifiers, then the path starts and kicks itself once. */
     if (!virtio_pci_set_host_notifiers(s->vp, true, errp) ||
-        !dataplane_start(s->dp, dq, s->nq, errp)) {
+        !dp_switch_start(s->sw, s->data_plane, dq, s->nq, errp)) {
         virtio_pci_set_host_notifiers(s->vp, false, NULL);
-        dataplane_destroy(s->dp);
-        s->dp = NULL;
+        dp_switch_free(s->sw);
+        s->sw = NULL;
         return false;
     }
     return true;
@@ -346,15 +201,8 @@ static bool blk_start(void *opaque, GError **errp)
         g_set_error(errp, VMM_ERROR, EINVAL, "no queue enabled");
         goto fail;
     }
-    if (s->data_plane) {
-        if (!blk_start_dataplane(s, errp)) {
-            goto fail;
-        }
-        return true;
-    }
-    for (unsigned i = 0; i < s->nq; i++) {
-        virtio_blk_queue_set_exec(s->bq[i], &sync_ops, s);
-        sync_process(s, i); /* requests queued before DRIVER_OK */
+    if (!blk_start_paths(s, errp)) {
+        goto fail;
     }
     return true;
 
@@ -367,9 +215,11 @@ static void blk_stop(void *opaque)
 {
     VirtIOBlkPCI *s = opaque;
 
-    if (s->dp) {
-        dataplane_destroy(s->dp); /* stops: in-flight requests complete first */
-        s->dp = NULL;
+    if (s->sw) {
+        /* Whichever path runs is quiesced: in-flight requests complete first. */
+        s->data_plane = dp_switch_is_dataplane(s->sw);
+        dp_switch_free(s->sw);
+        s->sw = NULL;
     }
     virtio_pci_set_host_notifiers(s->vp, false, NULL);
     blk_free_queues(s);
@@ -380,19 +230,15 @@ static void blk_queue_notify(void *opaque, unsigned qi)
 {
     VirtIOBlkPCI *s = opaque;
 
+    uint64_t one = 1;
+
     if (qi >= s->nq) {
         return; /* a queue the driver did not enable: nothing to do */
     }
-    if (s->dp) {
-        /* The dataplane owns the queue: ring its doorbell. */
-        uint64_t one = 1;
-
-        if (write(virtio_pci_host_notifier(s->vp, qi), &one, sizeof(one)) < 0) {
-            g_warning("%s: host notifier: %s", s->id, g_strerror(errno));
-        }
-        return;
+    /* A kick KVM did not catch: ring the doorbell the running path watches. */
+    if (write(virtio_pci_host_notifier(s->vp, qi), &one, sizeof(one)) < 0) {
+        g_warning("%s: host notifier: %s", s->id, g_strerror(errno));
     }
-    sync_process(s, qi);
 }
 
 static const VirtIOPCIDeviceOps blk_pci_ops = {
@@ -431,10 +277,8 @@ static bool blk_open_drive(VirtIOBlkPCI *s, const DriveOptions *d, uint64_t *byt
         *bytes = (uint64_t)st.st_size;
     }
     s->direct = d->cache_direct;
-    s->no_flush = d->cache_no_flush;
-    s->discard_unmap = d->discard_unmap;
+    /* aio=threads: the dataplane has no thread pool; io_uring's io-wq plays that role. */
     s->engine = d->aio == DRIVE_AIO_NATIVE ? "native" : "io_uring";
-    s->mem_align = 4096;
     return true;
 }
 
@@ -482,11 +326,48 @@ static GuestMem *blk_guestmem(Vm *vm, GError **errp)
     return guestmem_new(regs, MIN(n, G_N_ELEMENTS(regs)), errp);
 }
 
+static void table_add(GHashTable *t, const char *k, const char *v)
+{
+    g_hash_table_insert(t, g_strdup(k), g_strdup(v));
+}
+
+/* The block-layer path's BlockBackend, from the same -drive. */
+static BlockBackend *blk_pci_open_backend(VirtIOBlkPCI *s, const DriveOptions *d, EventLoop *loop,
+                                          GError **errp)
+{
+    static const char *const aio[] = {"threads", "native", "io_uring"};
+    GHashTable *t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    BlockBackend *b;
+
+    table_add(t, "file", d->file);
+    table_add(t, "format", "raw");
+    table_add(t, "cache.direct", d->cache_direct ? "on" : "off");
+    table_add(t, "cache.no-flush", d->cache_no_flush ? "on" : "off");
+    table_add(t, "cache.writeback", d->cache_writeback ? "on" : "off");
+    table_add(t, "aio", aio[d->aio]);
+    table_add(t, "read-only", d->readonly ? "on" : "off");
+    table_add(t, "discard", d->discard_unmap ? "unmap" : "ignore");
+    for (guint i = 0; d->block_opts && i < d->block_opts->len; i++) {
+        const OptPair *p = d->block_opts->pdata[i];
+
+        table_add(t, p->key, p->value);
+    }
+    b = blk_new_from_drive_opts(t, loop, errp);
+    g_hash_table_unref(t);
+    if (b) {
+        blk_set_device_name(b, d->id);
+        blk_set_error_hook(b, blk_pci_io_error, s);
+    }
+    return b;
+}
+
 static void blk_pci_destroy(void *opaque)
 {
     VirtIOBlkPCI *s = opaque;
 
+    blk_pci_qmp_remove(s);
     virtio_pci_free(s->vp); /* resets the device: stops the dataplane */
+    blk_unref(s->backend);
     if (s->blk) {
         virtio_blk_free(s->blk);
     }
@@ -495,6 +376,7 @@ static void blk_pci_destroy(void *opaque)
         close(s->fd);
     }
     g_free(s->id);
+    g_free(s->drive_id);
     g_free(s);
 }
 
@@ -519,12 +401,14 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
     s->m = m;
     s->vm = vm;
     s->id = g_strdup(dev->id ? dev->id : d->id);
+    s->drive_id = g_strdup(d->id);
     if (!blk_open_drive(s, d, &bytes, errp) ||
         !blk_configure(s, dev, d, bytes, vm_ncpus(vm), errp)) {
         goto fail;
     }
     s->data_plane = dev->data_plane || dev->iothread;
-    if (s->data_plane) {
+    /* Every device can switch to the dataplane at runtime, so it has an iothread. */
+    {
         if (!iothreads) {
             machine_add_cleanup(m, iothreads_destroy, NULL);
         }
@@ -543,6 +427,10 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
         if (!s->iothread) {
             goto fail;
         }
+    }
+    s->backend = blk_pci_open_backend(s, d, machine_event_loop(m), errp);
+    if (!s->backend) {
+        goto fail;
     }
     s->blk = virtio_blk_new(&s->conf, errp);
     s->gm = s->blk ? blk_guestmem(vm, errp) : NULL;
@@ -564,9 +452,11 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
         goto fail;
     }
     machine_add_cleanup(m, blk_pci_destroy, s);
+    blk_pci_qmp_add(s);
     return true;
 
 fail:
+    blk_unref(s->backend);
     if (s->blk) {
         virtio_blk_free(s->blk);
     }
@@ -575,6 +465,7 @@ fail:
         close(s->fd);
     }
     g_free(s->id);
+    g_free(s->drive_id);
     g_free(s);
     return false;
 }

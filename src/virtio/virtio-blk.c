@@ -24,8 +24,7 @@ struct VirtIOBlkQueue {
     void *opaque;
 
     /* Limits cached at setup so the hot path reads one structure. */
-    uint64_t capacity; /* sectors */
-    uint32_t lbs;      /* logical block size, bytes */
+    uint32_t lbs; /* logical block size, bytes */
     uint32_t seg_max;
     uint32_t size_max; /* 0 = no limit */
     bool readonly;
@@ -60,7 +59,6 @@ VirtIOBlkQueue *virtio_blk_queue_new(VirtIOBlk *blk, VirtQueue *vq, const VirtIO
     q->vq = vq;
     q->ops = ops;
     q->opaque = opaque;
-    q->capacity = blk->conf.capacity;
     q->lbs = blk->conf.logical_block_size;
     q->seg_max = virtio_blk_conf_seg_max(&blk->conf);
     q->size_max = blk->conf.size_max;
@@ -217,7 +215,10 @@ static bool sector_range_ok(const VirtIOBlkQueue *q, uint64_t sector, uint64_t n
     if ((sector | nsectors) & (lbs_sectors - 1)) {
         return false;
     }
-    return sector <= q->capacity && nsectors <= q->capacity - sector;
+    /* block_resize may change the capacity while the queue runs (relaxed read). */
+    uint64_t cap = __atomic_load_n(&q->blk->conf.capacity, __ATOMIC_RELAXED);
+
+    return sector <= cap && nsectors <= cap - sector;
 }
 
 /* Segment count and per-segment size limits for a data transfer. */

@@ -19,13 +19,51 @@ static gboolean machine_exit_ready(gint fd, GIOCondition cond, gpointer opaque)
 /* QMP hooks; they run on the main thread, which owns vm_pause()/vm_resume(). */
 static bool machine_qmp_stop(void *opaque, GError **errp)
 {
+    /* A vCPU may be waiting for the BQL to finish its exit: let it, then pause. */
+    vm_unlock(opaque);
     vm_pause(opaque);
+    vm_lock(opaque);
     return true;
+}
+
+typedef struct ContNotifier {
+    void (*fn)(void *opaque);
+    void *opaque;
+} ContNotifier;
+
+static GArray *cont_notifiers; /* ContNotifier */
+
+/* Context: main thread */
+void machine_add_cont_notifier(void (*fn)(void *opaque), void *opaque)
+{
+    ContNotifier n = {fn, opaque};
+
+    if (!cont_notifiers) {
+        cont_notifiers = g_array_new(FALSE, FALSE, sizeof(ContNotifier));
+    }
+    g_array_append_val(cont_notifiers, n);
+}
+
+/* Context: main thread */
+void machine_del_cont_notifier(void *opaque)
+{
+    for (guint i = 0; cont_notifiers && i < cont_notifiers->len; i++) {
+        if (g_array_index(cont_notifiers, ContNotifier, i).opaque == opaque) {
+            g_array_remove_index(cont_notifiers, i);
+            return;
+        }
+    }
 }
 
 static bool machine_qmp_cont(void *opaque, GError **errp)
 {
     vm_resume(opaque);
+    /* Devices resubmit what werror/rerror=stop parked, in order. */
+    for (guint i = 0; cont_notifiers && i < cont_notifiers->len; i++) {
+        ContNotifier *n = &g_array_index(cont_notifiers, ContNotifier, i);
+
+        n->fn(n->opaque);
+    }
     return true;
 }
 
@@ -121,6 +159,23 @@ static void machine_emit_exit(VmExitReason reason)
     }
 }
 
+static Vm *bql_vm;
+static GPollFunc bql_orig_poll;
+
+/*
+ * The main thread holds the BQL (the device lock) whenever it runs anything,
+ * as QEMU's main loop does, and drops it only while it sleeps in poll().
+ */
+static gint machine_bql_poll(GPollFD *fds, guint nfds, gint timeout)
+{
+    gint r;
+
+    vm_unlock(bql_vm);
+    r = bql_orig_poll(fds, nfds, timeout);
+    vm_lock(bql_vm);
+    return r;
+}
+
 /* Context: main thread */
 int machine_main_loop(Vm *vm, bool started_paused, bool have_qmp)
 {
@@ -131,7 +186,13 @@ int machine_main_loop(Vm *vm, bool started_paused, bool have_qmp)
     if (have_qmp && !started_paused) {
         qmp_run_state_set(QMP_RUN_STATE_RUNNING);
     }
+    bql_vm = vm;
+    bql_orig_poll = g_main_context_get_poll_func(NULL);
+    g_main_context_set_poll_func(NULL, machine_bql_poll);
+    vm_lock(vm);
     g_main_loop_run(loop);
+    vm_unlock(vm);
+    g_main_context_set_poll_func(NULL, bql_orig_poll);
     status = vm_exit_reason(vm) == VM_EXIT_ERROR ? 1 : 0;
     if (have_qmp) {
         machine_emit_exit(vm_exit_reason(vm));

@@ -21,6 +21,8 @@ typedef struct MachineCleanup {
 struct Machine {
     const VmmOptions *opts;
     Vm *vm;
+    EventLoop *main_loop; /* fd handlers, BHs, timers of the main thread (block layer) */
+    GSource *main_src;
     Console *console;
     LegacyPorts *ports;
     PciBus *pci;
@@ -230,6 +232,14 @@ static bool machine_build(Machine *m, GError **errp)
     vm_lock(m->vm);
     m->pci = pci_bus_new(vm_pio_bus(m->vm), vm_mmio_bus(m->vm), &machine_pci_irq_ops, m->vm, errp);
     vm_unlock(m->vm);
+    /* The QOM/command registry exists even without a monitor: devices register in it. */
+    qmp_init(NULL);
+    m->main_loop = event_loop_new(errp);
+    if (!m->main_loop) {
+        return false;
+    }
+    m->main_src = event_loop_create_gsource(m->main_loop);
+    g_source_attach(m->main_src, NULL);
     return m->pci && machine_add_devices(m, errp) && machine_boot(m, errp);
 }
 
@@ -251,6 +261,20 @@ static void machine_teardown(Machine *m)
     legacy_ports_free(m->ports);
     vm_free(m->vm);
     g_array_free(m->cleanups, TRUE);
+    if (m->main_src) {
+        g_source_destroy(m->main_src);
+        g_source_unref(m->main_src);
+    }
+    if (m->main_loop) {
+        event_loop_free(m->main_loop);
+    }
+    qmp_cleanup();
+}
+
+/* Context: main thread */
+EventLoop *machine_event_loop(Machine *m)
+{
+    return m->main_loop;
 }
 
 static void machine_on_signal(int sig)

@@ -19,7 +19,19 @@ void drive_options_free(gpointer p)
     g_free(d->id);
     g_free(d->file);
     g_free(d->cache_mode);
+    if (d->block_opts) {
+        g_ptr_array_free(d->block_opts, TRUE);
+    }
     g_free(d);
+}
+
+static void opt_pair_free(gpointer p)
+{
+    OptPair *o = p;
+
+    g_free(o->key);
+    g_free(o->value);
+    g_free(o);
 }
 
 /* Context: main thread */
@@ -154,6 +166,17 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
     } else if (!strcmp(p->key, "detect-zeroes")) {
         return !strcmp(p->value, "off") ||
                opt_fail(errp, name, arg, "detect-zeroes=%s is not supported (only off)", p->value);
+    } else if (!strcmp(p->key, "werror") || !strcmp(p->key, "rerror") ||
+               !strcmp(p->key, "node-name") || g_str_has_prefix(p->key, "throttling.")) {
+        /* Block-layer keys: checked by the block layer when the drive is opened. */
+        OptPair *kv = g_new0(OptPair, 1);
+
+        kv->key = g_strdup(p->key);
+        kv->value = g_strdup(p->value);
+        if (!d->block_opts) {
+            d->block_opts = g_ptr_array_new_with_free_func(opt_pair_free);
+        }
+        g_ptr_array_add(d->block_opts, kv);
     } else if (!strcmp(p->key, "media")) {
         return !strcmp(p->value, "disk") ||
                opt_fail(errp, name, arg, "media=%s is not supported", p->value);
