@@ -130,5 +130,132 @@ else
     nok "blkdiscard punches a hole in the sparse host file (rc=$rc)" "$dir/disc2.log"
 fi
 
+# ---- issue 5: QMP, runtime switch, resize, stop/cont, werror=stop ----
+ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
+port=4440
+
+# qmp_open: start a QMP client on a FIFO (commands: qmp CMD-JSON; replies in $dir/qmp.out)
+qmp_open() {
+    port=$((port + 1))
+    rm -f "$dir/qin"; mkfifo "$dir/qin"
+    nc 127.0.0.1 "$port" <"$dir/qin" >"$dir/qmp.out" 2>/dev/null &
+    qmp_nc=$!
+    exec 3>"$dir/qin"
+}
+qmp() { echo "$1" >&3; }
+qmp_close() { exec 3>&-; sleep 1; kill "$qmp_nc" 2>/dev/null; }
+wait_log() { # wait_log FILE PATTERN SECONDS
+    i=0; while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt "$3" ]; do sleep 1; i=$((i + 1)); done
+    grep -q "$2" "$1" 2>/dev/null
+}
+
+# 6. 50 switches of x-data-plane over QMP while the guest runs fio crc32c verify.
+truncate -s 512M "$dir/sw.img"
+qmp_open
+"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
+    -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=96M" \
+    -drive "$(drive drive0 "$dir/sw.img" aio=native)" \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=on \
+    -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/sw.log" 2>&1 &
+vpid=$!
+wait_log "$dir/sw.log" VBLK-FIO-JOB 120
+sleep 1
+qmp '{"execute":"qmp_capabilities"}'
+k=0
+while [ $k -lt 25 ]; do
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":false}}'
+    sleep 0.2
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":true}}'
+    sleep 0.2
+    k=$((k + 1))
+done
+qmp '{"execute":"qom-get","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane"}}'
+qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
+wait $vpid; rc=$?
+qmp_close
+sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
+stall=$(grep -o '"max-switch-stall-ns": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
+echo "# switches=$sw max-stall-ns=$stall"
+if [ $rc -eq 0 ] && [ "${sw:-0}" -ge 50 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/sw.log" &&
+    ! grep -q '"error"' "$dir/qmp.out" && grep -q 'VBLK_DATAPLANE_SWITCH' "$dir/qmp.out"; then
+    ok "50 x-data-plane switches over QMP during fio crc32c verify"
+else
+    nok "50 x-data-plane switches over QMP during fio crc32c verify (rc=$rc switches=$sw)" "$dir/sw.log"
+    tail -c 1500 "$dir/qmp.out" | sed 's/^/#   /'
+fi
+
+# 7. block_resize is seen by the guest; stop/cont during I/O.
+truncate -s 256M "$dir/rs.img"
+sh=$(cat <<'SH' | b64
+s0=$(cat /sys/block/vda/size); echo "VBLK-RESIZE-READY $s0"
+i=0; while [ "$(cat /sys/block/vda/size)" = "$s0" ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done
+echo "VBLK-RESIZE-SEEN $(cat /sys/block/vda/size)"
+dd if=/dev/zero of=/dev/vda bs=1M count=32 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT"
+SH
+)
+qmp_open
+"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
+    -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
+    -drive "$(drive drive0 "$dir/rs.img" aio=native)" \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off \
+    -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/rs.log" 2>&1 &
+vpid=$!
+wait_log "$dir/rs.log" VBLK-RESIZE-READY 120
+qmp '{"execute":"qmp_capabilities"}'
+qmp '{"execute":"block_resize","arguments":{"device":"drive0","size":536870912}}'
+wait_log "$dir/rs.log" VBLK-RESIZE-SEEN 60
+qmp '{"execute":"stop"}'
+qmp '{"execute":"query-status"}'
+sleep 2
+qmp '{"execute":"cont"}'
+qmp '{"execute":"query-status"}'
+timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
+wait $vpid; rc=$?
+qmp_close
+if grep -q 'VBLK-RESIZE-SEEN 1048576' "$dir/rs.log"; then
+    ok "block_resize: the guest sees the new capacity"
+else
+    nok "block_resize: the guest sees the new capacity" "$dir/rs.log"
+fi
+if [ $rc -eq 0 ] && grep -q '"status": "paused"' "$dir/qmp.out" && grep -q '"event": "RESUME"' "$dir/qmp.out" &&
+    grep -q 'VBLK-AFTER-CONT' "$dir/rs.log"; then
+    ok "stop/cont over QMP during I/O"
+else
+    nok "stop/cont over QMP during I/O (rc=$rc)" "$dir/rs.log"
+    tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
+fi
+
+# 8. werror=stop: ENOSPC on a full filesystem pauses the guest; cont after making room completes it.
+mkdir -p "$dir/small"
+mount -t tmpfs -o size=8m tmpfs "$dir/small"
+truncate -s 64M "$dir/small/ws.img"
+sh=$(echo 'dd if=/dev/urandom of=/dev/vda bs=1M count=16 oflag=direct 2>/dev/null; echo "VBLK-DD-RC $?"; sync' | b64)
+qmp_open
+"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
+    -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
+    -drive "if=none,id=drive0,file=$dir/small/ws.img,format=raw,cache=writeback,aio=threads,werror=stop" \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off \
+    -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/ws.log" 2>&1 &
+vpid=$!
+sleep 1
+qmp '{"execute":"qmp_capabilities"}'
+wait_log "$dir/qmp.out" BLOCK_IO_ERROR 180
+qmp '{"execute":"query-status"}'
+sleep 1
+mount -o remount,size=80m "$dir/small"
+qmp '{"execute":"cont"}'
+timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
+wait $vpid; rc=$?
+qmp_close
+umount "$dir/small" 2>/dev/null
+if [ $rc -eq 0 ] && grep -q '"action": "stop"' "$dir/qmp.out" && grep -q '"status": "io-error"' "$dir/qmp.out" &&
+    grep -q 'VBLK-DD-RC 0' "$dir/ws.log"; then
+    ok "werror=stop: ENOSPC pauses the guest, cont completes the write"
+else
+    nok "werror=stop: ENOSPC pauses the guest, cont completes the write (rc=$rc)" "$dir/ws.log"
+    tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
+fi
+
 echo "# $n system tests, $fails failed"
 [ $fails -eq 0 ]
