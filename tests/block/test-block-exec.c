@@ -76,7 +76,9 @@ static void test_exec_rw(void)
     g_assert_cmpuint(blk_exec_inflight(x.exec), ==, N);
     wait_used(&x, N);
     g_assert_cmpuint(x.notifies, >=, 1);
-    g_assert_cmpuint(x.notifies, <, N); /* batched */
+    /* At most one notify per loop iteration; how many iterations the four
+     * completions spread over depends on timing, so only the bound is fixed. */
+    g_assert_cmpuint(x.notifies, <=, N);
     for (int i = 0; i < N; i++) {
         g_assert_true(testvq_get_used(x.f.tvq, &head, &len));
         g_assert_cmpint(testblk_status(x.f.tvq, &r[i]), ==, VIRTIO_BLK_S_OK);
