@@ -56,6 +56,7 @@ int main(int argc, char **argv)
 {
     const char *backend = "null", *aio = "native", *file = NULL;
     unsigned qd = 32, secs = 5;
+    long long poll_ns = 0;
     DpFixOpts o = {0};
     DpFix *f;
     Slot *slots;
@@ -77,6 +78,8 @@ int main(int argc, char **argv)
             secs = (unsigned)atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "--file")) {
             file = argv[i + 1];
+        } else if (!strcmp(argv[i], "--poll-max-ns")) {
+            poll_ns = atoll(argv[i + 1]);
         } else if (!strcmp(argv[i], "--iothread-cpu")) {
             iothread_cpu = atoi(argv[i + 1]);
         } else {
@@ -107,6 +110,8 @@ int main(int argc, char **argv)
     if (iothread_cpu >= 0) {
         iothread_run_sync(f->iothread, pin_self, &iothread_cpu);
     }
+    /* Adaptive polling of the avail ring and the completion ring (QEMU's rules). */
+    event_loop_set_poll_params(iothread_get_loop(f->iothread), poll_ns, 0, 0);
     dpfix_start(f);
     nsect = f->o.disk_size / 512;
     slots = g_new0(Slot, qd);
