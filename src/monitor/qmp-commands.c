@@ -12,7 +12,11 @@ static QmpRunState qmp_state = QMP_RUN_STATE_PRELAUNCH;
 
 static JsonNode *empty_object(void)
 {
-    return json_node_init_object(json_node_alloc(), json_object_new());
+    JsonObject *o = json_object_new();
+    JsonNode *n = json_node_init_object(json_node_alloc(), o);
+
+    json_object_unref(o); /* the node took its own reference */
+    return n;
 }
 
 /* ---- negotiation and introspection ------------------------------------ */

@@ -164,6 +164,7 @@ const char *qmp_request_get_name(QmpRequest *req)
 static JsonNode *reply_new(JsonNode *id, JsonNode *result, const GError *err)
 {
     JsonObject *o = json_object_new();
+    JsonNode *node;
 
     if (err) {
         JsonObject *e = json_object_new();
@@ -180,13 +181,20 @@ static JsonNode *reply_new(JsonNode *id, JsonNode *result, const GError *err)
         json_object_set_string_member(e, "desc", err->message);
         json_object_set_object_member(o, "error", e);
     } else {
-        json_object_set_member(
-            o, "return", result ?: json_node_init_object(json_node_alloc(), json_object_new()));
+        if (!result) {
+            JsonObject *empty = json_object_new();
+
+            result = json_node_init_object(json_node_alloc(), empty);
+            json_object_unref(empty); /* the node took its own reference */
+        }
+        json_object_set_member(o, "return", result);
         if (id) {
             json_object_set_member(o, "id", json_node_copy(id));
         }
     }
-    return json_node_init_object(json_node_alloc(), o);
+    node = json_node_init_object(json_node_alloc(), o);
+    json_object_unref(o);
+    return node;
 }
 
 static void reply_send(QmpClient *c, JsonNode *id, JsonNode *result, GError *err)
