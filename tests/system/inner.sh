@@ -133,10 +133,11 @@ fi
 # ---- issue 5: QMP, runtime switch, resize, stop/cont, werror=stop ----
 ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
 port=4440
+trap '' PIPE # a QMP client that went away must fail a write, not end the suite
 
-# qmp_open: start a QMP client on a FIFO (commands: qmp CMD-JSON; replies in $dir/qmp.out)
+# qmp_open: connect a QMP client (vblk listens on $port) fed by a FIFO;
+# "qmp CMD-JSON" sends, replies and events land in $dir/qmp.out.
 qmp_open() {
-    port=$((port + 1))
     rm -f "$dir/qin"; mkfifo "$dir/qin"
     nc 127.0.0.1 "$port" <"$dir/qin" >"$dir/qmp.out" 2>/dev/null &
     qmp_nc=$!
@@ -151,7 +152,7 @@ wait_log() { # wait_log FILE PATTERN SECONDS
 
 # 6. 50 switches of x-data-plane over QMP while the guest runs fio crc32c verify.
 truncate -s 512M "$dir/sw.img"
-qmp_open
+port=$((port + 1))
 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
     -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=96M" \
     -drive "$(drive drive0 "$dir/sw.img" aio=native)" \
@@ -159,7 +160,7 @@ qmp_open
     -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/sw.log" 2>&1 &
 vpid=$!
 wait_log "$dir/sw.log" VBLK-FIO-JOB 120
-sleep 1
+qmp_open
 qmp '{"execute":"qmp_capabilities"}'
 k=0
 while [ $k -lt 25 ]; do
@@ -194,7 +195,7 @@ echo "VBLK-RESIZE-SEEN $(cat /sys/block/vda/size)"
 dd if=/dev/zero of=/dev/vda bs=1M count=32 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT"
 SH
 )
-qmp_open
+port=$((port + 1))
 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
     -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
     -drive "$(drive drive0 "$dir/rs.img" aio=native)" \
@@ -202,6 +203,7 @@ qmp_open
     -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/rs.log" 2>&1 &
 vpid=$!
 wait_log "$dir/rs.log" VBLK-RESIZE-READY 120
+qmp_open
 qmp '{"execute":"qmp_capabilities"}'
 qmp '{"execute":"block_resize","arguments":{"device":"drive0","size":536870912}}'
 wait_log "$dir/rs.log" VBLK-RESIZE-SEEN 60
@@ -231,14 +233,15 @@ mkdir -p "$dir/small"
 mount -t tmpfs -o size=8m tmpfs "$dir/small"
 truncate -s 64M "$dir/small/ws.img"
 sh=$(echo 'dd if=/dev/urandom of=/dev/vda bs=1M count=16 oflag=direct 2>/dev/null; echo "VBLK-DD-RC $?"; sync' | b64)
-qmp_open
+port=$((port + 1))
 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
     -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
     -drive "if=none,id=drive0,file=$dir/small/ws.img,format=raw,cache=writeback,aio=threads,werror=stop" \
     -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off \
     -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/ws.log" 2>&1 &
 vpid=$!
-sleep 1
+wait_log "$dir/ws.log" VBLK-BOOT 120
+qmp_open
 qmp '{"execute":"qmp_capabilities"}'
 wait_log "$dir/qmp.out" BLOCK_IO_ERROR 180
 qmp '{"execute":"query-status"}'
