@@ -13,11 +13,25 @@ ok() { n=$((n + 1)); echo "ok $n - $1"; }
 nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "$2" ] && tail -n 25 "$2" | sed 's/^/#   /'; }
 
 # run_vblk LOG APPEND-EXTRA ARGS...: boot the guest image; returns vblk's status.
+# A guest kernel panic at entry_SYSCALL_64 shows up rarely in the nested
+# harness (seen twice, with guest libaio and io_uring; not reproduced in 4
+# reruns): such a run is retried once and reported, never silently passed.
 run_vblk() {
     log=$1; extra=$2; shift 2
     timeout "$T" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
         -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
         -append "$VBLK_L2_APPEND $extra" "$@" >"$log" 2>&1
+    r=$?
+    if grep -q 'Kernel panic' "$log"; then
+        echo "# guest kernel panic in $(basename "$log"), retrying once:"
+        grep -m3 -E 'BUG|Oops|RIP|invalid opcode|general protection|fault' "$log" | sed 's/^/#   /'
+        cp "$log" "$log.panic"
+        timeout "$T" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
+            -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+            -append "$VBLK_L2_APPEND $extra" "$@" >"$log" 2>&1
+        r=$?
+    fi
+    return $r
 }
 
 drive() { # drive ID FILE [extra keys]; cache=none unless the keys say otherwise
