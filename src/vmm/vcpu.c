@@ -72,6 +72,16 @@ static void vcpu_patch_cpuid(Vm *vm, struct kvm_cpuid2 *c, unsigned id)
         case 0x1f:
             e->edx = id; /* x2APIC ID */
             break;
+        case 0x40000001:
+            /*
+             * No asynchronous page faults (KVM_FEATURE_ASYNC_PF, _VMEXIT, _INT):
+             * a storage VMM gains nothing from them, and in the nested harness
+             * the guest died at entry_SYSCALL_64 with an exception taken right
+             * after SYSCALL (suspected async #PF injection; QEMU offers
+             * kvm-asyncpf=off for the same reason).
+             */
+            e->eax &= ~((1u << 4) | (1u << 10) | (1u << 14));
+            break;
         default:
             break;
         }
