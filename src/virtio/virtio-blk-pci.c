@@ -361,12 +361,9 @@ static BlockBackend *blk_pci_open_backend(VirtIOBlkPCI *s, const DriveOptions *d
     return b;
 }
 
-static void blk_pci_destroy(void *opaque)
+/* Everything but the transport (which must be gone first). */
+static void blk_pci_free_resources(VirtIOBlkPCI *s)
 {
-    VirtIOBlkPCI *s = opaque;
-
-    blk_pci_qmp_remove(s);
-    virtio_pci_free(s->vp); /* resets the device: stops the dataplane */
     blk_unref(s->backend);
     if (s->blk) {
         virtio_blk_free(s->blk);
@@ -378,6 +375,15 @@ static void blk_pci_destroy(void *opaque)
     g_free(s->id);
     g_free(s->drive_id);
     g_free(s);
+}
+
+static void blk_pci_destroy(void *opaque)
+{
+    VirtIOBlkPCI *s = opaque;
+
+    blk_pci_qmp_remove(s);
+    virtio_pci_free(s->vp); /* resets the device: stops the dataplane */
+    blk_pci_free_resources(s);
 }
 
 static void iothreads_destroy(void *opaque)
@@ -456,17 +462,7 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
     return true;
 
 fail:
-    blk_unref(s->backend);
-    if (s->blk) {
-        virtio_blk_free(s->blk);
-    }
-    guestmem_free(s->gm);
-    if (s->fd >= 0) {
-        close(s->fd);
-    }
-    g_free(s->id);
-    g_free(s->drive_id);
-    g_free(s);
+    blk_pci_free_resources(s);
     return false;
 }
 
