@@ -184,6 +184,8 @@ EventLoop *iothread_get_loop(IOThread *t);
  * the iothread itself, runs @fn directly.  Context: any thread.
  */
 void iothread_run_sync(IOThread *t, IOThreadFunc *fn, void *opaque);
+/* Context: any thread. The Linux thread id (query-iothreads), 0 before it runs. */
+int iothread_get_thread_id(IOThread *t);
 /* Context: control thread. Stops and joins the thread; idempotent. */
 void iothread_stop(IOThread *t);
 /* Context: control thread. Stops, joins, frees the loop. NULL is ignored. */

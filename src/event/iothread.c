@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <signal.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ struct IOThread {
     pthread_t thread;
     bool running;  /* created and not yet joined (control thread only) */
     bool stopping; /* written by stop_bh inside the thread */
+    int tid;       /* the thread's Linux TID, published once it runs */
 };
 
 typedef struct RunSync {
@@ -34,6 +36,7 @@ static void *iothread_main(void *opaque)
     /* The thread owns the loop for its whole life, not only inside run_once,
      * so iothread_run_sync() from a callback knows not to wait for itself. */
     loop_set_current(t->loop);
+    __atomic_store_n(&t->tid, (int)gettid(), __ATOMIC_RELEASE);
     while (!t->stopping) {
         event_loop_run_once(t->loop, true);
     }
@@ -150,4 +153,10 @@ void iothread_free(IOThread *t)
     event_bh_delete(t->stop_bh);
     event_loop_free(t->loop);
     g_free(t);
+}
+
+/* Context: any thread. 0 until the thread has started. */
+int iothread_get_thread_id(IOThread *t)
+{
+    return __atomic_load_n(&t->tid, __ATOMIC_ACQUIRE);
 }

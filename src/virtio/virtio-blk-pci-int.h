@@ -38,4 +38,9 @@ void blk_pci_qmp_remove(VirtIOBlkPCI *s);
 /* Context: main loop, BQL held */
 void blk_pci_io_error(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev);
 
+/* Every iothread in use (query-iothreads). Context: main thread */
+void blk_pci_foreach_iothread(void (*fn)(const char *id, IOThread *t, int64_t poll_max_ns,
+                                         int64_t poll_grow, int64_t poll_shrink, void *opaque),
+                              void *opaque);
+
 #endif

@@ -377,6 +377,33 @@ static JsonNode *cmd_block_set_io_throttle(QmpRequest *req, JsonObject *args, GE
     return NULL;
 }
 
+/* ---- query-iothreads ---- */
+
+static void add_iothread(const char *id, IOThread *t, int64_t max_ns, int64_t grow, int64_t shrink,
+                         void *opaque)
+{
+    JsonBuilder *b = opaque;
+
+    json_builder_begin_object(b);
+    add_str(b, "id", id);
+    add_int(b, "thread-id", iothread_get_thread_id(t));
+    add_int(b, "poll-max-ns", max_ns);
+    add_int(b, "poll-grow", grow);
+    add_int(b, "poll-shrink", shrink);
+    add_int(b, "aio-max-batch", 32);
+    json_builder_end_object(b);
+}
+
+static JsonNode *cmd_query_iothreads(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    JsonBuilder *b = json_builder_new();
+
+    json_builder_begin_array(b);
+    blk_pci_foreach_iothread(add_iothread, b);
+    json_builder_end_array(b);
+    return build(b);
+}
+
 static void register_commands(void)
 {
     static const QmpArgSpec none[] = {QMP_ARGS_END};
@@ -395,6 +422,7 @@ static void register_commands(void)
                                           QMP_ARGS_END};
 
     qmp_register_command("query-block", cmd_query_block, none, 0, NULL);
+    qmp_register_command("query-iothreads", cmd_query_iothreads, none, 0, NULL);
     qmp_register_command("query-blockstats", cmd_query_blockstats, none, QMP_CMD_EXTRA_ARGS, NULL);
     qmp_register_command("x-query-virtio-blk-dataplane", cmd_query_dataplane, none, 0, NULL);
     qmp_register_command("block_resize", cmd_block_resize, resize, 0, NULL);

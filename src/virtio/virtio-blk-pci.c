@@ -29,6 +29,30 @@
 
 static GHashTable *iothreads; /* id -> IOThread* */
 
+typedef struct IothreadParams {
+    int64_t max_ns, grow, shrink;
+} IothreadParams;
+static GHashTable *iothread_params; /* id -> IothreadParams* */
+
+/* Context: main thread */
+void blk_pci_foreach_iothread(void (*fn)(const char *id, IOThread *t, int64_t poll_max_ns,
+                                         int64_t poll_grow, int64_t poll_shrink, void *opaque),
+                              void *opaque)
+{
+    GHashTableIter it;
+    gpointer k, v;
+
+    if (!iothreads) {
+        return;
+    }
+    g_hash_table_iter_init(&it, iothreads);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        IothreadParams *p = g_hash_table_lookup(iothread_params, k);
+
+        fn(k, v, p->max_ns, p->grow, p->shrink, opaque);
+    }
+}
+
 static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError **errp)
 {
     IOThread *t;
@@ -49,14 +73,16 @@ static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError 
             continue;
         }
         for (guint j = 0; io->props && j < io->props->len; j++) {
-            const OptPair *p = io->props->pdata[j];
-            int64_t v = g_ascii_strtoll(p->value, NULL, 10);
+            /* "key=value" strings, as the command-line parser keeps them. */
+            const char *kv = io->props->pdata[j];
+            const char *eq = strchr(kv, '=');
+            int64_t v = eq ? g_ascii_strtoll(eq + 1, NULL, 10) : 0;
 
-            if (!strcmp(p->key, "poll-max-ns")) {
+            if (g_str_has_prefix(kv, "poll-max-ns=")) {
                 max_ns = v;
-            } else if (!strcmp(p->key, "poll-grow")) {
+            } else if (g_str_has_prefix(kv, "poll-grow=")) {
                 grow = v;
-            } else if (!strcmp(p->key, "poll-shrink")) {
+            } else if (g_str_has_prefix(kv, "poll-shrink=")) {
                 shrink = v;
             }
         }
@@ -66,6 +92,15 @@ static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError 
         }
         event_loop_set_poll_params(iothread_get_loop(t), max_ns, grow, shrink);
         g_hash_table_insert(iothreads, g_strdup(id), t);
+        if (!iothread_params) {
+            iothread_params = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        }
+        {
+            IothreadParams *p = g_new(IothreadParams, 1);
+
+            *p = (IothreadParams){max_ns, grow, shrink};
+            g_hash_table_insert(iothread_params, g_strdup(id), p);
+        }
         return t;
     }
     g_set_error(errp, VMM_ERROR, ENOENT, "iothread '%s' not found (add -object iothread,id=%s)", id,
@@ -391,6 +426,10 @@ static void iothreads_destroy(void *opaque)
     if (iothreads) {
         g_hash_table_destroy(iothreads);
         iothreads = NULL;
+    }
+    if (iothread_params) {
+        g_hash_table_destroy(iothread_params);
+        iothread_params = NULL;
     }
 }
 
