@@ -320,9 +320,7 @@ static JsonNode *cmd_block_resize(QmpRequest *req, JsonObject *args, GError **er
         return NULL;
     }
     virtio_blk_set_capacity(s->blk, (uint64_t)size / 512);
-    vm_lock(s->vm);
-    virtio_pci_notify_config(s->vp);
-    vm_unlock(s->vm);
+    virtio_pci_notify_config(s->vp); /* QMP runs with the BQL held */
     return NULL;
 }
 

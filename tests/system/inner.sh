@@ -159,6 +159,16 @@ qmp_open() {
 }
 qmp() { echo "$1" >&3; }
 qmp_close() { exec 3>&-; sleep 1; kill "$qmp_nc" 2>/dev/null; }
+# reap_vblk: wait up to $T s for the background vblk ($vpid), kill it if it hangs; sets rc.
+reap_vblk() {
+    i=0
+    while kill -0 "$vpid" 2>/dev/null && [ $i -lt "$T" ]; do sleep 1; i=$((i + 1)); done
+    if kill -0 "$vpid" 2>/dev/null; then
+        echo "# vblk did not exit within $T s: killed"
+        kill -9 "$vpid" 2>/dev/null
+    fi
+    wait "$vpid"; rc=$?
+}
 wait_log() { # wait_log FILE PATTERN SECONDS
     i=0; while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt "$3" ]; do sleep 1; i=$((i + 1)); done
     grep -q "$2" "$1" 2>/dev/null
@@ -186,8 +196,7 @@ while [ $k -lt 25 ]; do
 done
 qmp '{"execute":"qom-get","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane"}}'
 qmp '{"execute":"x-query-virtio-blk-dataplane"}'
-timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
-wait $vpid; rc=$?
+reap_vblk
 qmp_close
 sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
 stall=$(grep -o '"max-switch-stall-ns": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
@@ -226,8 +235,7 @@ qmp '{"execute":"query-status"}'
 sleep 2
 qmp '{"execute":"cont"}'
 qmp '{"execute":"query-status"}'
-timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
-wait $vpid; rc=$?
+reap_vblk
 qmp_close
 if grep -q 'VBLK-RESIZE-SEEN 1048576' "$dir/rs.log"; then
     ok "block_resize: the guest sees the new capacity"
@@ -262,8 +270,7 @@ qmp '{"execute":"query-status"}'
 sleep 1
 mount -o remount,size=80m "$dir/small"
 qmp '{"execute":"cont"}'
-timeout "$T" sh -c "while kill -0 $vpid 2>/dev/null; do sleep 1; done"
-wait $vpid; rc=$?
+reap_vblk
 qmp_close
 umount "$dir/small" 2>/dev/null
 if [ $rc -eq 0 ] && grep -q '"action": "stop"' "$dir/qmp.out" && grep -q '"status": "io-error"' "$dir/qmp.out" &&
