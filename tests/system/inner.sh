@@ -215,7 +215,8 @@ sh=$(cat <<'SH' | b64
 s0=$(cat /sys/block/vda/size); echo "VBLK-RESIZE-READY $s0"
 i=0; while [ "$(cat /sys/block/vda/size)" = "$s0" ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done
 echo "VBLK-RESIZE-SEEN $(cat /sys/block/vda/size)"
-dd if=/dev/zero of=/dev/vda bs=1M count=32 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT"
+sleep 3; echo "VBLK-DD-START"
+dd if=/dev/zero of=/dev/vda bs=1M count=192 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT $?"
 SH
 )
 port=$((port + 1))
@@ -230,6 +231,8 @@ qmp_open
 qmp '{"execute":"qmp_capabilities"}'
 qmp '{"execute":"block_resize","arguments":{"device":"drive0","size":536870912}}'
 wait_log "$dir/rs.log" VBLK-RESIZE-SEEN 60
+wait_log "$dir/rs.log" VBLK-DD-START 30
+sleep 1 # the guest's writes are in flight now
 qmp '{"execute":"stop"}'
 qmp '{"execute":"query-status"}'
 sleep 2
@@ -243,7 +246,7 @@ else
     nok "block_resize: the guest sees the new capacity" "$dir/rs.log"
 fi
 if [ $rc -eq 0 ] && grep -q '"status": "paused"' "$dir/qmp.out" && grep -q '"event": "RESUME"' "$dir/qmp.out" &&
-    grep -q 'VBLK-AFTER-CONT' "$dir/rs.log"; then
+    grep -q 'VBLK-AFTER-CONT 0' "$dir/rs.log"; then
     ok "stop/cont over QMP during I/O"
 else
     nok "stop/cont over QMP during I/O (rc=$rc)" "$dir/rs.log"
