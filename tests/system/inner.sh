@@ -216,7 +216,7 @@ s0=$(cat /sys/block/vda/size); echo "VBLK-RESIZE-READY $s0"
 i=0; while [ "$(cat /sys/block/vda/size)" = "$s0" ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done
 echo "VBLK-RESIZE-SEEN $(cat /sys/block/vda/size)"
 sleep 3; echo "VBLK-DD-START"
-dd if=/dev/zero of=/dev/vda bs=1M count=192 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT $?"
+dd if=/dev/zero of=/dev/vda bs=4k count=30000 oflag=direct 2>/dev/null; echo "VBLK-AFTER-CONT $?"
 SH
 )
 port=$((port + 1))
@@ -262,12 +262,13 @@ port=$((port + 1))
 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
     -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
     -drive "if=none,id=drive0,file=$dir/small/ws.img,format=raw,cache=writeback,aio=threads,werror=stop" \
-    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off -S \
     -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/ws.log" 2>&1 &
 vpid=$!
-wait_log "$dir/ws.log" VBLK-BOOT 120
+sleep 2 # -S: nothing runs until our cont, so the client sees every event
 qmp_open
 qmp '{"execute":"qmp_capabilities"}'
+qmp '{"execute":"cont"}'
 wait_log "$dir/qmp.out" BLOCK_IO_ERROR 180
 qmp '{"execute":"query-status"}'
 sleep 1
