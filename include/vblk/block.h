@@ -214,6 +214,27 @@ typedef struct BlockNodeStats {
     uint64_t serialised_waits;
 } BlockNodeStats;
 
+/*
+ * How a path that bypasses the block layer (the dataplane) reaches the same
+ * storage: the leaf node's host file (or null disk) and its open flags.
+ */
+typedef struct BlockHostInfo {
+    const char *filename;  /* file/host_device leaf; NULL for a null leaf */
+    bool null;             /* null-co / null-aio leaf */
+    bool null_read_zeroes; /* null leaf with read-zeroes=on */
+    bool direct;           /* leaf opened with O_DIRECT */
+    bool read_only;
+    const char *aio; /* file leaf: "threads", "native" or "io_uring" */
+    /*
+     * NULL when a request at offset X of the backend is a request at offset
+     * X of the leaf; else why not (a blkdebug filter, a raw offset/size window).
+     */
+    const char *not_passthrough;
+} BlockHostInfo;
+
+/* Context: loop thread. Borrowed strings, valid while @blk lives. */
+void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info);
+
 /* Context: loop thread. */
 void blk_node_get_stats(BlockNode *bs, BlockNodeStats *stats);
 const char *blk_node_get_name(BlockNode *bs);

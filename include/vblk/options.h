@@ -37,8 +37,11 @@ typedef struct DriveOptions {
     DriveAio aio;
     bool readonly;
     bool discard_unmap;    /* discard=unmap (on) or ignore (off, default) */
-    GPtrArray *block_opts; /* OptPair*: werror, rerror, node-name, throttling.* (or NULL) */
+    GPtrArray *block_opts; /* OptPair*: werror, rerror, node-name, throttling.* (or NULL);
+                              -blockdev: every key, flattened with dots */
     bool used;             /* claimed by a device */
+    bool blockdev;         /* from -blockdev: id is the node-name, file is NULL */
+    char *arg;             /* the option's argument, for error messages */
 } DriveOptions;
 
 typedef struct DeviceOptions {

@@ -309,6 +309,23 @@ const char *blk_get_filename(BlockBackend *blk)
 }
 
 /* Context: loop thread */
+void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info)
+{
+    *info = (BlockHostInfo){.read_only = blk->root->read_only};
+    for (BlockNode *bs = blk->root; bs; bs = bs->child) {
+        if (blk_file_node_host_info(bs, info) || blk_null_node_host_info(bs, info)) {
+            return;
+        }
+        if (bs->drv == &bdrv_blkdebug) {
+            info->not_passthrough = "a blkdebug filter";
+        } else if (!blk_raw_node_is_identity(bs) && !info->not_passthrough) {
+            info->not_passthrough = "a raw node with offset or size";
+        }
+    }
+    info->not_passthrough = "no file or null node";
+}
+
+/* Context: loop thread */
 void blk_set_device_name(BlockBackend *blk, const char *name)
 {
     g_free(blk->device);

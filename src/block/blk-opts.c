@@ -109,8 +109,19 @@ static bool drive_file(BlockOpts *in, BlockOpts *out, GError **errp)
     }
     block_opts_set(out, "driver", "raw");
     if (g_str_has_prefix(file, "null-co://") || g_str_has_prefix(file, "null-aio://")) {
+        static const char *const null_keys[] = {"read-zeroes", "size", "latency-ns"};
+
         block_opts_set(out, "file.driver",
                        g_str_has_prefix(file, "null-co") ? "null-co" : "null-aio");
+        for (unsigned i = 0; i < G_N_ELEMENTS(null_keys); i++) {
+            const char *v = block_opts_get(in, null_keys[i]);
+
+            if (v) {
+                g_autofree char *k = g_strdup_printf("file.%s", null_keys[i]);
+
+                block_opts_set(out, k, v);
+            }
+        }
         return true;
     }
     block_opts_set(out, "file.driver",

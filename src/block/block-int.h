@@ -110,6 +110,11 @@ bool bdrv_drained(BlockNode *bs);
 void bdrv_complete_later(BlockNode *bs, BlockNodeReq *req, int ret);
 /* The host file name of a file/host_device node, else NULL. */
 const char *blk_file_node_filename(BlockNode *bs);
+/* Fill @info's leaf fields when @bs is a file/host_device (file-posix.c) or null node (null.c). */
+bool blk_file_node_host_info(BlockNode *bs, BlockHostInfo *info);
+bool blk_null_node_host_info(BlockNode *bs, BlockHostInfo *info);
+/* Whether a raw node maps offsets 1:1 onto its child (no offset/size window). */
+bool blk_raw_node_is_identity(BlockNode *bs);
 /* Inherit alignment limits from the child (filters and formats). */
 void bdrv_inherit_limits(BlockNode *bs);
 

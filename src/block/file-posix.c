@@ -239,6 +239,21 @@ const char *blk_file_node_filename(BlockNode *bs)
                : NULL;
 }
 
+/* Context: loop thread */
+bool blk_file_node_host_info(BlockNode *bs, BlockHostInfo *info)
+{
+    static const char *const aio[] = {"threads", "native", "io_uring"};
+    const FileState *s = bs->opaque;
+
+    if (bs->drv != &bdrv_file && bs->drv != &bdrv_host_device) {
+        return false;
+    }
+    info->filename = s->filename;
+    info->direct = bs->direct;
+    info->aio = aio[s->aio];
+    return true;
+}
+
 const BlockDriver bdrv_file = {
     .name = "file",
     .open = file_open,

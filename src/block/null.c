@@ -134,6 +134,17 @@ static unsigned null_inflight(BlockNode *bs)
     return g_queue_get_length(&((NullState *)bs->opaque)->delayed);
 }
 
+/* Context: loop thread */
+bool blk_null_node_host_info(BlockNode *bs, BlockHostInfo *info)
+{
+    if (bs->drv != &bdrv_null_co && bs->drv != &bdrv_null_aio) {
+        return false;
+    }
+    info->null = true;
+    info->null_read_zeroes = ((NullState *)bs->opaque)->read_zeroes;
+    return true;
+}
+
 const BlockDriver bdrv_null_co = {
     .name = "null-co",
     .open = null_open,

@@ -127,6 +127,14 @@ static bool raw_truncate(BlockNode *bs, uint64_t size, GError **errp)
     return bs->child->drv->truncate(bs->child, size + s->offset, errp);
 }
 
+/* Context: loop thread */
+bool blk_raw_node_is_identity(BlockNode *bs)
+{
+    const RawState *s = bs->opaque;
+
+    return bs->drv == &bdrv_raw && s->offset == 0 && !s->has_size;
+}
+
 const BlockDriver bdrv_raw = {
     .name = "raw",
     .open = raw_open,

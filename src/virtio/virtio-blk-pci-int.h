@@ -19,7 +19,10 @@ struct VirtIOBlkPCI {
     VirtIOBlkConf conf;
     int fd; /* the dataplane's own fd on the image */
     bool direct;
+    bool readonly;
+    bool null_read_zeroes;
     const char *engine;
+    char *no_dataplane;    /* why this drive cannot use the dataplane, or NULL */
     bool data_plane;       /* wanted path: x-data-plane / iothread= */
     IOThread *iothread;    /* borrowed from the registry */
     BlockBackend *backend; /* the block-layer path (main loop) */

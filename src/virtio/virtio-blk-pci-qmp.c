@@ -100,6 +100,11 @@ static bool prop_dp_set(const char *path, const char *name, JsonNode *value, Qmp
                     "Cannot switch '%s' while the VM is stopped on an I/O error (use cont)", s->id);
         return false;
     }
+    if (on && s->no_dataplane) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Cannot switch '%s' to the dataplane: %s",
+                    s->id, s->no_dataplane);
+        return false;
+    }
     if (s->sw && !dp_switch_set_dataplane(s->sw, on, errp)) {
         return false;
     }

@@ -184,6 +184,7 @@ static bool blk_start_paths(VirtIOBlkPCI *s, GError **errp)
         .ioq = {.engine = s->engine,
                 .fd = s->fd,
                 .direct = s->direct,
+                .null_read_zeroes = s->null_read_zeroes,
                 .logical_block_size = s->conf.logical_block_size,
                 .bounce_pool_size = 8 << 20},
     };
@@ -288,32 +289,46 @@ static const VirtIOPCIDeviceOps blk_pci_ops = {
 
 /* ---- creation from -drive / -device ---- */
 
-static bool blk_open_drive(VirtIOBlkPCI *s, const DriveOptions *d, uint64_t *bytes, GError **errp)
+/*
+ * The dataplane's own fd on the storage the BlockBackend's leaf node uses,
+ * opened with the same flags; a null leaf needs no fd. A graph that does more
+ * than pass offsets through (blkdebug, raw offset/size) keeps the device on
+ * the block-layer path.
+ */
+static bool blk_open_host(VirtIOBlkPCI *s, const char *what, uint64_t *bytes, GError **errp)
 {
-    int flags = (d->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | (d->cache_direct ? O_DIRECT : 0);
-    struct stat st;
+    BlockHostInfo hi;
+    int64_t len = blk_getlength(s->backend);
 
-    s->fd = open(d->file, flags);
+    if (len < 0) {
+        g_set_error(errp, VMM_ERROR, (int)-len, "%s: Could not get the size: %s", what,
+                    g_strerror((int)-len));
+        return false;
+    }
+    *bytes = (uint64_t)len;
+    blk_get_host_info(s->backend, &hi);
+    s->readonly = hi.read_only;
+    if (hi.not_passthrough) {
+        s->no_dataplane = g_strdup_printf("the drive has %s, which the dataplane cannot bypass",
+                                          hi.not_passthrough);
+        s->engine = "null"; /* created with the device, never started */
+        return true;
+    }
+    if (hi.null) {
+        s->engine = "null";
+        s->null_read_zeroes = hi.null_read_zeroes;
+        return true;
+    }
+    s->fd = open(hi.filename,
+                 (hi.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | (hi.direct ? O_DIRECT : 0));
     if (s->fd < 0) {
-        g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: Could not open '%s': %s", d->file,
-                    d->file, g_strerror(errno));
+        g_set_error(errp, VMM_ERROR, errno, "%s: Could not open '%s': %s", what, hi.filename,
+                    g_strerror(errno));
         return false;
     }
-    if (fstat(s->fd, &st) < 0) {
-        g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: %s", d->file, g_strerror(errno));
-        return false;
-    }
-    if (S_ISBLK(st.st_mode)) {
-        if (ioctl(s->fd, BLKGETSIZE64, bytes) < 0) {
-            g_set_error(errp, VMM_ERROR, errno, "-drive file=%s: %s", d->file, g_strerror(errno));
-            return false;
-        }
-    } else {
-        *bytes = (uint64_t)st.st_size;
-    }
-    s->direct = d->cache_direct;
+    s->direct = hi.direct;
     /* aio=threads: the dataplane has no thread pool; io_uring's io-wq plays that role. */
-    s->engine = d->aio == DRIVE_AIO_NATIVE ? "native" : "io_uring";
+    s->engine = !strcmp(hi.aio, "native") ? "native" : "io_uring";
     return true;
 }
 
@@ -326,15 +341,16 @@ static bool blk_set_prop(VirtIOBlkConf *conf, const char *name, const char *fmt,
     return virtio_blk_conf_set_property(conf, name, buf, errp);
 }
 
-static bool blk_configure(VirtIOBlkPCI *s, const DeviceOptions *dev, const DriveOptions *d,
-                          uint64_t bytes, unsigned ncpus, GError **errp)
+static bool blk_configure(VirtIOBlkPCI *s, const DeviceOptions *dev, uint64_t bytes, unsigned ncpus,
+                          GError **errp)
 {
     VirtIOBlkConf *c = &s->conf;
     unsigned nq = dev->num_queues ? dev->num_queues : MIN(ncpus, VIRTIO_BLK_MAX_QUEUES);
 
     virtio_blk_conf_init(c, bytes / VIRTIO_BLK_SECTOR_SIZE);
-    c->readonly = d->readonly;
-    c->writeback = d->cache_writeback;
+    c->readonly = s->readonly;
+    /* -drive: from the cache mode; -blockdev: on (QEMU's write-cache=auto) */
+    c->writeback = blk_enable_write_cache(s->backend);
     c->config_wce = dev->config_wce;
     c->discard = dev->discard;
     c->write_zeroes = dev->write_zeroes;
@@ -366,14 +382,35 @@ static void table_add(GHashTable *t, const char *k, const char *v)
     g_hash_table_insert(t, g_strdup(k), g_strdup(v));
 }
 
-/* The block-layer path's BlockBackend, from the same -drive. */
+/* -blockdev: its keys as given, the node graph they describe. */
+static BlockBackend *blk_pci_open_blockdev(const DriveOptions *d, EventLoop *loop, GError **errp)
+{
+    GHashTable *t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    BlockBackend *b;
+
+    for (guint i = 0; d->block_opts && i < d->block_opts->len; i++) {
+        const OptPair *p = d->block_opts->pdata[i];
+
+        table_add(t, p->key, p->value);
+    }
+    b = blk_new_from_blockdev_opts(t, loop, errp);
+    g_hash_table_unref(t);
+    return b;
+}
+
+/* The block-layer path's BlockBackend, from the -drive or -blockdev. */
 static BlockBackend *blk_pci_open_backend(VirtIOBlkPCI *s, const DriveOptions *d, EventLoop *loop,
                                           GError **errp)
 {
     static const char *const aio[] = {"threads", "native", "io_uring"};
-    GHashTable *t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    GHashTable *t;
     BlockBackend *b;
 
+    if (d->blockdev) {
+        b = blk_pci_open_blockdev(d, loop, errp);
+        goto out;
+    }
+    t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     table_add(t, "file", d->file);
     table_add(t, "format", "raw");
     table_add(t, "cache.direct", d->cache_direct ? "on" : "off");
@@ -389,6 +426,10 @@ static BlockBackend *blk_pci_open_backend(VirtIOBlkPCI *s, const DriveOptions *d
     }
     b = blk_new_from_drive_opts(t, loop, errp);
     g_hash_table_unref(t);
+out:
+    if (!b && errp && *errp) {
+        g_prefix_error(errp, "%s %s: ", d->blockdev ? "-blockdev" : "-drive", d->arg);
+    }
     if (b) {
         blk_set_device_name(b, d->id);
         blk_set_error_hook(b, blk_pci_io_error, s);
@@ -409,6 +450,7 @@ static void blk_pci_free_resources(VirtIOBlkPCI *s)
     }
     g_free(s->id);
     g_free(s->drive_id);
+    g_free(s->no_dataplane);
     g_free(s);
 }
 
@@ -438,6 +480,7 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
 {
     VirtIOBlkPCI *s = g_new0(VirtIOBlkPCI, 1);
     Vm *vm = machine_vm(m);
+    g_autofree char *what = NULL;
     uint64_t bytes = 0;
     VirtIOPCIConf pc;
     char name[64];
@@ -447,11 +490,21 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
     s->vm = vm;
     s->id = g_strdup(dev->id ? dev->id : d->id);
     s->drive_id = g_strdup(d->id);
-    if (!blk_open_drive(s, d, &bytes, errp) ||
-        !blk_configure(s, dev, d, bytes, vm_ncpus(vm), errp)) {
+    s->backend = blk_pci_open_backend(s, d, machine_event_loop(m), errp);
+    if (!s->backend) {
+        goto fail;
+    }
+    what = g_strdup_printf("%s %s", d->blockdev ? "-blockdev" : "-drive", d->arg);
+    if (!blk_open_host(s, what, &bytes, errp) ||
+        !blk_configure(s, dev, bytes, vm_ncpus(vm), errp)) {
         goto fail;
     }
     s->data_plane = dev->data_plane || dev->iothread;
+    if (s->data_plane && s->no_dataplane) {
+        g_set_error(errp, VMM_ERROR, 0, "-device virtio-blk-pci,drive=%s: x-data-plane=on: %s",
+                    d->id, s->no_dataplane);
+        goto fail;
+    }
     /* Every device can switch to the dataplane at runtime, so it has an iothread. */
     {
         if (!iothreads) {
@@ -472,10 +525,6 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
         if (!s->iothread) {
             goto fail;
         }
-    }
-    s->backend = blk_pci_open_backend(s, d, machine_event_loop(m), errp);
-    if (!s->backend) {
-        goto fail;
     }
     s->blk = virtio_blk_new(&s->conf, errp);
     s->gm = s->blk ? blk_guestmem(vm, errp) : NULL;

@@ -3,9 +3,13 @@
  * property names, defaults and cross-checks (done after the whole command
  * line is read, since QEMU lets -device come before its -drive).
  */
+#include <inttypes.h>
+#include <json-glib/json-glib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "options-internal.h"
+#include "vblk/vmm.h"
 
 #define VIRTIO_BLK_MAX_QUEUES 1024
 #define VIRTQUEUE_MAX_SIZE    1024
@@ -19,6 +23,7 @@ void drive_options_free(gpointer p)
     g_free(d->id);
     g_free(d->file);
     g_free(d->cache_mode);
+    g_free(d->arg);
     if (d->block_opts) {
         g_ptr_array_free(d->block_opts, TRUE);
     }
@@ -32,6 +37,18 @@ static void opt_pair_free(gpointer p)
     g_free(o->key);
     g_free(o->value);
     g_free(o);
+}
+
+static void drive_add_block_opt(DriveOptions *d, const char *key, const char *value)
+{
+    OptPair *kv = g_new0(OptPair, 1);
+
+    kv->key = g_strdup(key);
+    kv->value = g_strdup(value);
+    if (!d->block_opts) {
+        d->block_opts = g_ptr_array_new_with_free_func(opt_pair_free);
+    }
+    g_ptr_array_add(d->block_opts, kv);
 }
 
 /* Context: main thread */
@@ -167,16 +184,11 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
         return !strcmp(p->value, "off") ||
                opt_fail(errp, name, arg, "detect-zeroes=%s is not supported (only off)", p->value);
     } else if (!strcmp(p->key, "werror") || !strcmp(p->key, "rerror") ||
-               !strcmp(p->key, "node-name") || g_str_has_prefix(p->key, "throttling.")) {
+               !strcmp(p->key, "node-name") || g_str_has_prefix(p->key, "throttling.") ||
+               !strcmp(p->key, "read-zeroes") || !strcmp(p->key, "latency-ns") ||
+               !strcmp(p->key, "size")) {
         /* Block-layer keys: checked by the block layer when the drive is opened. */
-        OptPair *kv = g_new0(OptPair, 1);
-
-        kv->key = g_strdup(p->key);
-        kv->value = g_strdup(p->value);
-        if (!d->block_opts) {
-            d->block_opts = g_ptr_array_new_with_free_func(opt_pair_free);
-        }
-        g_ptr_array_add(d->block_opts, kv);
+        drive_add_block_opt(d, p->key, p->value);
     } else if (!strcmp(p->key, "media")) {
         return !strcmp(p->value, "disk") ||
                opt_fail(errp, name, arg, "media=%s is not supported", p->value);
@@ -197,6 +209,7 @@ bool opt_drive(VmmOptions *o, const char *name, const char *arg, GError **errp)
         return opt_fail(errp, name, arg, "%s", "bad syntax");
     }
     d = g_new0(DriveOptions, 1);
+    d->arg = g_strdup(arg);
     drive_set_cache(d, "writeback");
     g_ptr_array_add(o->drives, d);
     for (guint i = 0; i < kv->len; i++) {
@@ -226,6 +239,134 @@ bool opt_drive(VmmOptions *o, const char *name, const char *arg, GError **errp)
         dev->drive = g_strdup(d->id);
         g_ptr_array_add(o->devices, dev);
     }
+    return true;
+}
+
+/* QEMU's JSON -blockdev form, flattened to the dotted keys of the key=value form. */
+static bool blockdev_flatten(DriveOptions *d, JsonNode *n, const char *prefix, GError **errp)
+{
+    char buf[32];
+
+    switch (json_node_get_node_type(n)) {
+    case JSON_NODE_OBJECT: {
+        JsonObjectIter it;
+        const char *k;
+        JsonNode *v;
+
+        json_object_iter_init(&it, json_node_get_object(n));
+        while (json_object_iter_next(&it, &k, &v)) {
+            g_autofree char *key = *prefix ? g_strdup_printf("%s.%s", prefix, k) : g_strdup(k);
+
+            if (!blockdev_flatten(d, v, key, errp)) {
+                return false;
+            }
+        }
+        return true;
+    }
+    case JSON_NODE_ARRAY: {
+        JsonArray *a = json_node_get_array(n);
+
+        for (guint i = 0; i < json_array_get_length(a); i++) {
+            g_autofree char *key = g_strdup_printf("%s.%u", prefix, i);
+
+            if (!blockdev_flatten(d, json_array_get_element(a, i), key, errp)) {
+                return false;
+            }
+        }
+        return true;
+    }
+    case JSON_NODE_VALUE:
+        if (!*prefix) {
+            break;
+        }
+        switch (json_node_get_value_type(n)) {
+        case G_TYPE_STRING:
+            drive_add_block_opt(d, prefix, json_node_get_string(n));
+            return true;
+        case G_TYPE_BOOLEAN:
+            drive_add_block_opt(d, prefix, json_node_get_boolean(n) ? "on" : "off");
+            return true;
+        case G_TYPE_INT64:
+            snprintf(buf, sizeof(buf), "%" PRId64, json_node_get_int(n));
+            drive_add_block_opt(d, prefix, buf);
+            return true;
+        default:
+            g_set_error(errp, VMM_ERROR, 0, "Parameter '%s' expects a string, integer or boolean",
+                        prefix);
+            return false;
+        }
+    default:
+        break;
+    }
+    g_set_error(errp, VMM_ERROR, 0, "Parameter '%s' must not be null", *prefix ? prefix : "(top)");
+    return false;
+}
+
+static const char *drive_block_opt(const DriveOptions *d, const char *key)
+{
+    for (guint i = 0; d->block_opts && i < d->block_opts->len; i++) {
+        const OptPair *p = d->block_opts->pdata[i];
+
+        if (!strcmp(p->key, key)) {
+            return p->value;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * -blockdev: a node graph with QEMU's keys, in the dotted key=value form or
+ * the JSON form. The block layer checks the keys when the device that uses
+ * the node opens it; here only what names the node.
+ * Context: main thread
+ */
+bool opt_blockdev(VmmOptions *o, const char *name, const char *arg, GError **errp)
+{
+    DriveOptions *d = g_new0(DriveOptions, 1);
+    GError *err = NULL;
+    const char *node;
+
+    d->blockdev = true;
+    d->arg = g_strdup(arg);
+    g_ptr_array_add(o->drives, d);
+    if (arg[0] == '{') {
+        g_autoptr(JsonParser) parser = json_parser_new();
+        JsonNode *root;
+
+        if (!json_parser_load_from_data(parser, arg, -1, &err)) {
+            opt_fail(errp, name, arg, "JSON parse error: %s", err->message);
+            g_error_free(err);
+            return false;
+        }
+        root = json_parser_get_root(parser);
+        if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+            return opt_fail(errp, name, arg, "%s", "JSON must be an object");
+        }
+        if (!blockdev_flatten(d, root, "", &err)) {
+            opt_fail(errp, name, arg, "%s", err->message);
+            g_error_free(err);
+            return false;
+        }
+    } else {
+        g_autoptr(GPtrArray) kv = opts_split(arg, NULL, errp);
+
+        if (!kv) {
+            return opt_fail(errp, name, arg, "%s", "bad syntax");
+        }
+        for (guint i = 0; i < kv->len; i++) {
+            const OptPair *p = kv->pdata[i];
+
+            drive_add_block_opt(d, p->key, p->value);
+        }
+    }
+    if (!drive_block_opt(d, "driver")) {
+        return opt_fail(errp, name, arg, "%s", "Parameter 'driver' is missing");
+    }
+    node = drive_block_opt(d, "node-name");
+    if (!node || !*node) {
+        return opt_fail(errp, name, arg, "%s", "'node-name' must be specified for the root node");
+    }
+    d->id = g_strdup(node);
     return true;
 }
 

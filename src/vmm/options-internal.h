@@ -11,6 +11,7 @@ bool opt_fail(GError **errp, const char *name, const char *arg, const char *fmt,
 bool opt_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 bool opt_drive(VmmOptions *o, const char *name, const char *arg, GError **errp);
+bool opt_blockdev(VmmOptions *o, const char *name, const char *arg, GError **errp);
 bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp);
 bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp);
 /* After all options: -device references, PCI slots, iothread ids. */

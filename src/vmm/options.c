@@ -360,7 +360,7 @@ static const OptDef options_table[] = {
     {"nodefaults", false, opt_flag}, {"machine", true, opt_machine},   {"M", true, opt_machine},
     {"cpu", true, opt_cpu},          {"boot", true, opt_ignored},      {"L", true, opt_ignored},
     {"vnc", true, opt_ignored},      {"rtc", true, opt_ignored},       {"no-hpet", false, opt_flag},
-    {"no-acpi", false, opt_flag},
+    {"no-acpi", false, opt_flag},    {"blockdev", true, opt_blockdev},
 };
 
 static const OptDef *options_lookup(const char *name)

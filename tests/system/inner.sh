@@ -285,5 +285,39 @@ else
     tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
 fi
 
+# 9. -blockdev, both forms: a raw/file graph on the dataplane runs fio verify;
+# a blkdebug graph (JSON form) stays on the block-layer path, refuses the
+# switch to the dataplane, and fails exactly the injected read.
+truncate -s 256M "$dir/bd-a.img" "$dir/bd-b.img"
+sh=$(printf '%s\n' 'dd if=/dev/vdb of=/dev/null bs=512 skip=2048 count=1 iflag=direct 2>/dev/null; echo "VBLK-BD-INJ rc=$?"' \
+    'dd if=/dev/vdb of=/dev/null bs=512 count=1 iflag=direct 2>/dev/null; echo "VBLK-BD-OK rc=$?"' | b64)
+port=$((port + 1))
+"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
+    -initrd "$VBLK_L2_INITRD" \
+    -append "$VBLK_L2_APPEND vblk.shb64=$sh vblk.job=verify-4k-qd32 vblk.vsize=32M" \
+    -blockdev "driver=raw,node-name=bd0,file.driver=file,file.filename=$dir/bd-a.img,file.aio=native,cache.direct=on" \
+    -device virtio-blk-pci,id=vd0,drive=bd0,x-data-plane=on \
+    -blockdev "{\"driver\":\"raw\",\"node-name\":\"bd1\",\"file\":{\"driver\":\"blkdebug\",\"inject-error\":[{\"event\":\"read_aio\",\"errno\":5,\"sector\":2048}],\"image\":{\"driver\":\"file\",\"filename\":\"$dir/bd-b.img\"}}}" \
+    -device virtio-blk-pci,id=vd1,drive=bd1 -S \
+    -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/bd.log" 2>&1 &
+vpid=$!
+sleep 2
+qmp_open
+qmp '{"execute":"qmp_capabilities"}'
+qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/vd1","property":"x-data-plane","value":true}}'
+qmp '{"execute":"qom-get","arguments":{"path":"/machine/peripheral/vd0","property":"x-data-plane"}}'
+qmp '{"execute":"cont"}'
+reap_vblk
+qmp_close
+if [ $rc -eq 0 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/bd.log" &&
+    grep -q 'VBLK-BD-INJ rc=1' "$dir/bd.log" && grep -q 'VBLK-BD-OK rc=0' "$dir/bd.log" &&
+    grep -q 'Cannot switch .vd1. to the dataplane: the drive has a blkdebug filter' "$dir/qmp.out" &&
+    grep -q '"return": true' "$dir/qmp.out" && grep -q 'BLOCK_IO_ERROR' "$dir/qmp.out"; then
+    ok "-blockdev: raw/file graph on the dataplane verifies; blkdebug graph fails the injected read"
+else
+    nok "-blockdev: raw/file graph on the dataplane verifies; blkdebug graph fails the injected read (rc=$rc)" "$dir/bd.log"
+    tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
+fi
+
 echo "# $n system tests, $fails failed"
 [ $fails -eq 0 ]

@@ -326,6 +326,66 @@ static void test_help_version(void)
     g_assert_nonnull(strstr(options_usage(), "-drive"));
 }
 
+static const char *block_opt(const DriveOptions *d, const char *key)
+{
+    for (guint i = 0; d->block_opts && i < d->block_opts->len; i++) {
+        const OptPair *p = d->block_opts->pdata[i];
+
+        if (!strcmp(p->key, key)) {
+            return p->value;
+        }
+    }
+    return NULL;
+}
+
+/* -blockdev: dotted and JSON forms name the same node graph; the device finds it by node-name. */
+static void test_blockdev(void)
+{
+    VmmOptions *o = parse_ok("-blockdev driver=raw,node-name=disk0,file.driver=file,"
+                             "file.filename=/x.img,file.aio=native,cache.direct=on "
+                             "-device virtio-blk-pci,drive=disk0,id=vd0,x-data-plane=on");
+    const DriveOptions *d = o->drives->pdata[0];
+    const DeviceOptions *dev = o->devices->pdata[0];
+
+    g_assert_true(d->blockdev);
+    g_assert_cmpstr(d->id, ==, "disk0");
+    g_assert_null(d->file);
+    g_assert_cmpstr(block_opt(d, "driver"), ==, "raw");
+    g_assert_cmpstr(block_opt(d, "file.filename"), ==, "/x.img");
+    g_assert_cmpstr(block_opt(d, "cache.direct"), ==, "on");
+    g_assert_cmpstr(dev->drive, ==, "disk0");
+    g_assert_true(dev->data_plane);
+    options_free(o);
+
+    o = parse_ok(
+        "-blockdev '{\"driver\":\"raw\",\"node-name\":\"n1\",\"read-only\":true,"
+        "\"file\":{\"driver\":\"blkdebug\",\"inject-error\":[{\"event\":\"read_aio\","
+        "\"errno\":5,\"once\":false}],\"image\":{\"driver\":\"file\",\"filename\":\"/y\"}}}' "
+        "-device virtio-blk-pci,drive=n1");
+    d = o->drives->pdata[0];
+    g_assert_cmpstr(d->id, ==, "n1");
+    g_assert_cmpstr(block_opt(d, "read-only"), ==, "on");
+    g_assert_cmpstr(block_opt(d, "file.driver"), ==, "blkdebug");
+    g_assert_cmpstr(block_opt(d, "file.inject-error.0.event"), ==, "read_aio");
+    g_assert_cmpstr(block_opt(d, "file.inject-error.0.errno"), ==, "5");
+    g_assert_cmpstr(block_opt(d, "file.inject-error.0.once"), ==, "off");
+    g_assert_cmpstr(block_opt(d, "file.image.filename"), ==, "/y");
+    g_assert_cmpuint(d->block_opts->len, ==, 9);
+    options_free(o);
+
+    parse_bad("-blockdev driver=file,filename=/x", "'node-name' must be specified");
+    parse_bad("-blockdev node-name=a,filename=/x", "Parameter 'driver' is missing");
+    parse_bad("-blockdev '{\"driver\":\"file\",'", "JSON parse error");
+    parse_bad("-blockdev [1,2]", "Parameter 'driver' is missing");
+    parse_bad("-blockdev '{\"driver\":\"file\",\"node-name\":\"a\",\"filename\":null}'",
+              "'filename' must not be null");
+    parse_bad("-blockdev '{\"driver\":\"file\",\"node-name\":\"a\",\"x\":1.5}'", "'x' expects");
+    parse_bad("-blockdev driver=file,node-name=a,filename=/x -drive if=none,id=a,file=/y",
+              "duplicate ID 'a'");
+    parse_bad("-blockdev driver=file,node-name=a,filename=/x -device virtio-blk-pci,drive=b",
+              "can't find value 'b'");
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -337,5 +397,6 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/options/bad-lines", test_bad_lines);
     g_test_add_func("/vmm/options/seed-lines", test_seed_lines);
     g_test_add_func("/vmm/options/help-version", test_help_version);
+    g_test_add_func("/vmm/options/blockdev", test_blockdev);
     return g_test_run();
 }
