@@ -27,7 +27,7 @@ vmm_run() {
         vblk-dp-on|vblk-dp-off)
             dp=on; [ "$name" = vblk-dp-off ] && dp=off
             # shellcheck disable=SC2086
-            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic \
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
                 -drive "$drive" -device virtio-blk-pci,drive=drive0,x-data-plane=$dp $BENCH_VBLK_EXTRA
             ;;
