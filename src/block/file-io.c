@@ -33,7 +33,11 @@ typedef struct FileReq {
 
 /* ---- blocking helpers, run in a worker ---- */
 
-static int do_preadv(int fd, BlockNodeReq *r)
+/*
+ * The whole of @r, resuming after short transfers. A read past the end of
+ * the file reads zeroes (as QEMU's); a write that makes no progress is ENOSPC.
+ */
+static int do_prwv(int fd, BlockNodeReq *r, bool write)
 {
     uint64_t done = 0;
 
@@ -46,7 +50,7 @@ static int do_preadv(int fd, BlockNodeReq *r)
         size_t skip = done;
         ssize_t got;
 
-        /* the iovec tail still to transfer (after a short read) */
+        /* the iovec tail still to transfer */
         for (int i = 0; i < r->niov; i++) {
             if (skip >= r->iov[i].iov_len) {
                 skip -= r->iov[i].iov_len;
@@ -56,58 +60,24 @@ static int do_preadv(int fd, BlockNodeReq *r)
             local[n++].iov_len = r->iov[i].iov_len - skip;
             skip = 0;
         }
-        got = preadv(fd, local, n, (off_t)(r->offset + done));
+        got = write ? pwritev(fd, local, n, (off_t)(r->offset + done))
+                    : preadv(fd, local, n, (off_t)(r->offset + done));
         if (got < 0 && errno == EINTR) {
             continue;
         }
         if (got < 0) {
             return -errno;
         }
+        if (got == 0 && write) {
+            return -ENOSPC;
+        }
         if (got == 0) {
-            /* end of file: the rest reads as zeroes, as QEMU does */
             for (int i = 0; i < n; i++) {
                 memset(local[i].iov_base, 0, local[i].iov_len);
             }
             break;
         }
         done += (uint64_t)got;
-    }
-    return 0;
-}
-
-static int do_pwritev(int fd, BlockNodeReq *r)
-{
-    uint64_t done = 0;
-
-    if (r->niov > IOV_MAX) {
-        return -EINVAL;
-    }
-    while (done < r->bytes) {
-        struct iovec local[IOV_MAX];
-        int n = 0;
-        size_t skip = done;
-        ssize_t put;
-
-        for (int i = 0; i < r->niov; i++) {
-            if (skip >= r->iov[i].iov_len) {
-                skip -= r->iov[i].iov_len;
-                continue;
-            }
-            local[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
-            local[n++].iov_len = r->iov[i].iov_len - skip;
-            skip = 0;
-        }
-        put = pwritev(fd, local, n, (off_t)(r->offset + done));
-        if (put < 0 && errno == EINTR) {
-            continue;
-        }
-        if (put < 0) {
-            return -errno;
-        }
-        if (put == 0) {
-            return -ENOSPC;
-        }
-        done += (uint64_t)put;
     }
     return 0;
 }
@@ -131,7 +101,7 @@ static int write_zero_chunks(FileState *s, uint64_t off, uint64_t len)
         struct iovec iov = {buf, MIN(len, ZERO_CHUNK)};
         BlockNodeReq w = {.offset = off, .bytes = iov.iov_len, .iov = &iov, .niov = 1};
 
-        ret = do_pwritev(s->fd, &w);
+        ret = do_prwv(s->fd, &w, true);
         off += iov.iov_len;
         len -= iov.iov_len;
     }
@@ -194,9 +164,9 @@ static int file_worker(ThreadPoolItem *item)
 
     switch (r->op) {
     case BLOCK_OP_READ:
-        return do_preadv(s->fd, r);
+        return do_prwv(s->fd, r, false);
     case BLOCK_OP_WRITE:
-        ret = do_pwritev(s->fd, r);
+        ret = do_prwv(s->fd, r, true);
         break;
     case BLOCK_OP_FLUSH:
         return do_fdatasync(s->fd);
