@@ -10,6 +10,11 @@
  *          reqs_per_batch=X irqs_per_req=X kicks_per_req=X
  * cycles_per_req is the iothread's own cost (pop+parse, completion, notify),
  * excluding the submit syscall; cycles_total_per_req includes it.
+ *
+ * --path block serves the same queue through the x-data-plane=off path
+ * instead: a DpSwitch started on the block layer, whose main loop runs on a
+ * thread of its own (pinned like the iothread); its per-stage counters are
+ * "na" there.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +29,8 @@
 #include <linux/virtio_blk.h>
 
 #include "dpfix.h"
+#include "vblk/block.h"
+#include "vblk/dp-switch.h"
 
 #define HIST_US 200000 /* 1 us buckets up to 200 ms */
 
@@ -47,6 +54,78 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Upper bound of the 1 us bucket holding the 99th percentile. */
+static unsigned p99_us(const uint64_t *hist, uint64_t done)
+{
+    uint64_t target = done - done / 100, acc = 0;
+
+    for (unsigned i = 0; i <= HIST_US; i++) {
+        acc += hist[i];
+        if (acc >= target) {
+            return i + 1;
+        }
+    }
+    return HIST_US + 1;
+}
+
+/* The block-layer path: its main loop on a thread of its own. */
+typedef struct MainLoopThread {
+    EventLoop *loop;
+    bool stop;
+} MainLoopThread;
+
+static gpointer main_loop_thread(gpointer opaque)
+{
+    MainLoopThread *m = opaque;
+
+    if (iothread_cpu >= 0) {
+        pin_self(&iothread_cpu);
+    }
+    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        event_loop_run_once(m->loop, true);
+    }
+    return NULL;
+}
+
+/* A DpSwitch on @f's queue, started on the block-layer path (aio: threads, native, io_uring). */
+static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
+                                  BlockBackend **backend)
+{
+    DataPlaneQueue dq = {.q = f->q,
+                         .host_notifier = testvq_kick_fd(f->tvq),
+                         .guest_notifier = testvq_call_fd(f->tvq)};
+    g_autofree char *optstr = NULL;
+    GHashTable *opts;
+    GError *err = NULL;
+    DpSwitch *sw;
+
+    *loop = event_loop_new(&err);
+    g_assert_no_error(err);
+    optstr = f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
+                       : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
+    opts = blk_opts_parse(optstr);
+    *backend = blk_new_from_drive_opts(opts, *loop, &err);
+    g_hash_table_unref(opts);
+    if (!*backend) {
+        fprintf(stderr, "bench-dataplane: %s: %s\n", optstr, err->message);
+        exit(1);
+    }
+    sw = dp_switch_new(&(DpSwitchConf){.blk = f->blk,
+                                       .main_loop = *loop,
+                                       .backend = *backend,
+                                       .iothread = f->iothread,
+                                       .ioq = {.engine = f->fd < 0 ? "null" : "io_uring",
+                                               .fd = f->fd,
+                                               .direct = f->direct_ok,
+                                               .logical_block_size = 512},
+                                       .num_queues = 1,
+                                       .queue_size = f->o.queue_size},
+                       &err);
+    g_assert_no_error(err);
+    g_assert_true(dp_switch_start(sw, false, &dq, 1, &err));
+    return sw;
+}
+
 typedef struct Slot {
     uint64_t hdr, data, status;
     uint64_t t0;
@@ -54,7 +133,11 @@ typedef struct Slot {
 
 int main(int argc, char **argv)
 {
-    const char *backend = "null", *aio = "native", *file = NULL;
+    const char *backend = "null", *aio = "native", *file = NULL, *path = "dataplane";
+    MainLoopThread ml = {0};
+    GThread *ml_thread = NULL;
+    BlockBackend *blkbe = NULL;
+    DpSwitch *sw = NULL;
     unsigned qd = 32, secs = 5;
     long long poll_ns = 0;
     DpFixOpts o = {0};
@@ -80,12 +163,18 @@ int main(int argc, char **argv)
             file = argv[i + 1];
         } else if (!strcmp(argv[i], "--poll-max-ns")) {
             poll_ns = atoll(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--path")) {
+            path = argv[i + 1];
         } else if (!strcmp(argv[i], "--iothread-cpu")) {
             iothread_cpu = atoi(argv[i + 1]);
         } else {
             fprintf(stderr, "bench-dataplane: unknown option %s\n", argv[i]);
             return 1;
         }
+    }
+    if (strcmp(path, "dataplane") && strcmp(path, "block")) {
+        fprintf(stderr, "bench-dataplane: --path dataplane|block\n");
+        return 1;
     }
     if (qd < 1 || qd > 64) {
         fprintf(stderr, "bench-dataplane: --qd must be 1..64\n");
@@ -95,7 +184,7 @@ int main(int argc, char **argv)
         o.engine = "null";
         o.disk_size = 1ull << 30;
     } else if (!strcmp(backend, "file") && file) {
-        o.engine = aio;
+        o.engine = strcmp(aio, "threads") ? aio : "io_uring"; /* the block path's own pool */
         o.path = file;
         o.direct = true;
     } else {
@@ -112,7 +201,13 @@ int main(int argc, char **argv)
     }
     /* Adaptive polling of the avail ring and the completion ring (QEMU's rules). */
     event_loop_set_poll_params(iothread_get_loop(f->iothread), poll_ns, 0, 0);
-    dpfix_start(f);
+    if (!strcmp(path, "block")) {
+        sw = start_block_path(f, aio, &ml.loop, &blkbe);
+        event_loop_set_poll_params(ml.loop, poll_ns, 0, 0);
+        ml_thread = g_thread_new("main-loop", main_loop_thread, &ml);
+    } else {
+        dpfix_start(f);
+    }
     nsect = f->o.disk_size / 512;
     slots = g_new0(Slot, qd);
     slot_of_head = g_new0(int, o.queue_size);
@@ -131,9 +226,9 @@ int main(int argc, char **argv)
     do {                                                                                           \
         struct virtio_blk_outhdr h = {                                                             \
             .type = htole32(VIRTIO_BLK_T_IN),                                                      \
-            .sector = htole64((uint64_t)g_rand_int_range(rnd, 0, (gint32)(nsect / 8)) * 8)};      \
-        TestBuf b[3] = {{slots[k].hdr, 16, false}, {slots[k].data, 4096, true},                    \
-                        {slots[k].status, 1, true}};                                               \
+            .sector = htole64((uint64_t)g_rand_int_range(rnd, 0, (gint32)(nsect / 8)) * 8)};       \
+        TestBuf b[3] = {                                                                           \
+            {slots[k].hdr, 16, false}, {slots[k].data, 4096, true}, {slots[k].status, 1, true}};   \
         int hd;                                                                                    \
         testdrv_memwrite(f->d, slots[k].hdr, &h, sizeof(h));                                       \
         hd = testvq_add_chain(f->tvq, b, 3);                                                       \
@@ -197,30 +292,37 @@ int main(int argc, char **argv)
         }
     }
     end = now_ns();
+    if (sw) {
+        double iops = (double)done * 1e9 / (double)(end - start);
+
+        printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=na cycles_total_per_req=na "
+               "reqs_per_batch=na irqs_per_req=na kicks_per_req=na requests=%" PRIu64 "\n",
+               iops, (double)lat_sum / (double)done / 1000.0, p99_us(hist, done), done);
+        __atomic_store_n(&ml.stop, true, __ATOMIC_RELEASE);
+        event_loop_notify(ml.loop);
+        g_thread_join(ml_thread);
+        dp_switch_stop(sw);
+        dp_switch_free(sw);
+        blk_unref(blkbe);
+        event_loop_free(ml.loop);
+        goto out;
+    }
     dataplane_get_queue_stats(f->dp, 0, &st);
     {
-        uint64_t target = done - done / 100, acc = 0;
-        unsigned p99 = 0;
         double own = (double)(st.cycles_pop + st.cycles_complete + st.cycles_notify);
 
-        for (unsigned i = 0; i <= HIST_US; i++) {
-            acc += hist[i];
-            if (acc >= target) {
-                p99 = i;
-                break;
-            }
-        }
         printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=%.0f "
                "cycles_total_per_req=%.0f reqs_per_batch=%.2f irqs_per_req=%.3f "
                "kicks_per_req=%.3f requests=%" PRIu64 "\n",
                (double)done * 1e9 / (double)(end - start), (double)lat_sum / (double)done / 1000.0,
-               p99 + 1, own / (double)st.requests,
+               p99_us(hist, done), own / (double)st.requests,
                (own + (double)st.cycles_submit) / (double)st.requests,
                (double)st.requests / (double)(st.batches ? st.batches : 1),
                (double)st.irqs / (double)st.completed, (double)st.kicks / (double)st.requests,
                done);
     }
     dpfix_stop(f);
+out:
     dpfix_free(f);
     g_free(slots);
     g_free(slot_of_head);
