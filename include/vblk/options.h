@@ -50,6 +50,7 @@ typedef struct DeviceOptions {
     char *drive;                  /* DriveOptions.id */
     int slot;                     /* PCI slot from addr=, or -1 for automatic */
     bool config_wce;              /* default on */
+    int write_cache;              /* write-cache: 1 on, 0 off, -1 auto (the drive's cache mode) */
     bool data_plane;              /* x-data-plane, default off */
     unsigned num_queues;          /* 0 = automatic (number of vCPUs) */
     unsigned queue_size;          /* default 256 */

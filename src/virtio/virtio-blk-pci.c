@@ -349,7 +349,10 @@ static bool blk_configure(VirtIOBlkPCI *s, const DeviceOptions *dev, uint64_t by
 
     virtio_blk_conf_init(c, bytes / VIRTIO_BLK_SECTOR_SIZE);
     c->readonly = s->readonly;
-    /* -drive: from the cache mode; -blockdev: on (QEMU's write-cache=auto) */
+    /* write-cache=auto: -drive's cache mode; on for -blockdev (as QEMU) */
+    if (dev->write_cache >= 0) {
+        blk_set_enable_write_cache(s->backend, dev->write_cache);
+    }
     c->writeback = blk_enable_write_cache(s->backend);
     c->config_wce = dev->config_wce;
     c->discard = dev->discard;

@@ -83,6 +83,7 @@ static DeviceOptions *device_options_new(const char *driver)
     d->driver = g_strdup(driver);
     d->slot = -1;
     d->config_wce = true;
+    d->write_cache = -1;
     d->queue_size = DEFAULT_QUEUE_SIZE;
     d->logical_block_size = 512;
     d->physical_block_size = 512;
@@ -418,6 +419,16 @@ static bool device_bool_prop(DeviceOptions *d, const OptPair *p, bool *known)
     *known = true;
     if (!strcmp(p->key, "config-wce")) {
         return opts_parse_bool(p->value, &d->config_wce);
+    } else if (!strcmp(p->key, "write-cache")) {
+        if (!strcmp(p->value, "auto")) {
+            d->write_cache = -1;
+            return true;
+        }
+        if (!opts_parse_bool(p->value, &b)) {
+            return false;
+        }
+        d->write_cache = b;
+        return true;
     } else if (!strcmp(p->key, "x-data-plane")) {
         return opts_parse_bool(p->value, &d->data_plane);
     } else if (!strcmp(p->key, "discard")) {

@@ -33,6 +33,7 @@ static const char options_usage_text[] =
     "         QEMU's node graph: raw, file, host_device, null-co, null-aio, blkdebug\n"
     "  -device virtio-blk-pci,drive=ID[,id=..][,bus=pci.0][,addr=SLOT][,x-data-plane=on|off]\n"
     "         [,iothread=ID][,num-queues=N][,queue-size=N][,serial=S][,config-wce=on|off]\n"
+    "         [,write-cache=on|off|auto]\n"
     "         [,logical_block_size=N][,physical_block_size=N][,discard=on|off]\n"
     "         [,write-zeroes=on|off][,scsi=off][,bootindex=N]\n"
     "  -object iothread,id=ID  a dedicated I/O thread for devices naming it\n"

@@ -287,10 +287,12 @@ fi
 
 # 9. -blockdev, both forms: a raw/file graph on the dataplane runs fio verify;
 # a blkdebug graph (JSON form) stays on the block-layer path, refuses the
-# switch to the dataplane, and fails exactly the injected read.
+# switch to the dataplane, and fails exactly the injected read; write-cache=off
+# makes the guest see a write-through disk.
 truncate -s 256M "$dir/bd-a.img" "$dir/bd-b.img"
 sh=$(printf '%s\n' 'dd if=/dev/vdb of=/dev/null bs=512 skip=2048 count=1 iflag=direct 2>/dev/null; echo "VBLK-BD-INJ rc=$?"' \
-    'dd if=/dev/vdb of=/dev/null bs=512 count=1 iflag=direct 2>/dev/null; echo "VBLK-BD-OK rc=$?"' | b64)
+    'dd if=/dev/vdb of=/dev/null bs=512 count=1 iflag=direct 2>/dev/null; echo "VBLK-BD-OK rc=$?"' \
+    'echo "VBLK-BD-WC vda=$(cat /sys/block/vda/queue/write_cache | tr " " _) vdb=$(cat /sys/block/vdb/queue/write_cache | tr " " _)"' | b64)
 port=$((port + 1))
 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
     -initrd "$VBLK_L2_INITRD" \
@@ -298,7 +300,7 @@ port=$((port + 1))
     -blockdev "driver=raw,node-name=bd0,file.driver=file,file.filename=$dir/bd-a.img,file.aio=native,cache.direct=on" \
     -device virtio-blk-pci,id=vd0,drive=bd0,x-data-plane=on \
     -blockdev "{\"driver\":\"raw\",\"node-name\":\"bd1\",\"file\":{\"driver\":\"blkdebug\",\"inject-error\":[{\"event\":\"read_aio\",\"errno\":5,\"sector\":2048}],\"image\":{\"driver\":\"file\",\"filename\":\"$dir/bd-b.img\"}}}" \
-    -device virtio-blk-pci,id=vd1,drive=bd1 -S \
+    -device virtio-blk-pci,id=vd1,drive=bd1,write-cache=off -S \
     -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/bd.log" 2>&1 &
 vpid=$!
 sleep 2
@@ -311,6 +313,7 @@ reap_vblk
 qmp_close
 if [ $rc -eq 0 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/bd.log" &&
     grep -q 'VBLK-BD-INJ rc=1' "$dir/bd.log" && grep -q 'VBLK-BD-OK rc=0' "$dir/bd.log" &&
+    grep -q 'VBLK-BD-WC vda=write_back vdb=write_through' "$dir/bd.log" &&
     grep -q 'Cannot switch .vd1. to the dataplane: the drive has a blkdebug filter' "$dir/qmp.out" &&
     grep -q '"return": true' "$dir/qmp.out" && grep -q 'BLOCK_IO_ERROR' "$dir/qmp.out"; then
     ok "-blockdev: raw/file graph on the dataplane verifies; blkdebug graph fails the injected read"

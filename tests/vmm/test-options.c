@@ -198,7 +198,16 @@ static void test_drive_and_device(void)
     g_assert_true(d->cache_no_flush);
     g_assert_cmpint(dev->slot, ==, 0x1f);
     g_assert_true(dev->data_plane);
+    g_assert_cmpint(dev->write_cache, ==, -1);
     options_free(o);
+
+    o = parse_ok("-blockdev driver=file,node-name=d,filename=/x "
+                 "-device virtio-blk-pci,drive=d,write-cache=off");
+    g_assert_cmpint(((DeviceOptions *)o->devices->pdata[0])->write_cache, ==, 0);
+    options_free(o);
+    parse_bad("-blockdev driver=file,node-name=d,filename=/x "
+              "-device virtio-blk-pci,drive=d,write-cache=maybe",
+              "write-cache");
 
     o = parse_ok("-drive if=none,id=q,file=/q,cache=directsync,aio=native "
                  "-qmp unix:/tmp/q.sock,server=on,wait=off -chardev socket,id=m,path=/tmp/m "
@@ -355,7 +364,16 @@ static void test_blockdev(void)
     g_assert_cmpstr(block_opt(d, "cache.direct"), ==, "on");
     g_assert_cmpstr(dev->drive, ==, "disk0");
     g_assert_true(dev->data_plane);
+    g_assert_cmpint(dev->write_cache, ==, -1);
     options_free(o);
+
+    o = parse_ok("-blockdev driver=file,node-name=d,filename=/x "
+                 "-device virtio-blk-pci,drive=d,write-cache=off");
+    g_assert_cmpint(((DeviceOptions *)o->devices->pdata[0])->write_cache, ==, 0);
+    options_free(o);
+    parse_bad("-blockdev driver=file,node-name=d,filename=/x "
+              "-device virtio-blk-pci,drive=d,write-cache=maybe",
+              "write-cache");
 
     o = parse_ok(
         "-blockdev '{\"driver\":\"raw\",\"node-name\":\"n1\",\"read-only\":true,"
