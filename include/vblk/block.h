@@ -187,6 +187,8 @@ void blk_set_error_hook(BlockBackend *blk, BlockErrorHook *hook, void *opaque);
 unsigned blk_parked_count(BlockBackend *blk);
 /* Resubmit the parked requests in their original submission order. */
 void blk_resume_parked(BlockBackend *blk);
+/* Fail every parked request with -ECANCELED (device reset or teardown). Context: loop thread. */
+void blk_cancel_parked(BlockBackend *blk);
 
 /* ---- throttling ---- */
 

@@ -28,6 +28,8 @@ Console *console_new(Vm *vm, ConsoleMode mode, const char *path, GError **errp);
 Console *console_new_fds(Vm *vm, int in_fd, int out_fd, GError **errp);
 /* Context: main thread. Raw mode on a tty stdin, then the input thread. */
 bool console_start(Console *con, GError **errp);
+/* Context: device lock held. Machine reset: the UART back to power-on state, IRQ low. */
+void console_reset(Console *con);
 /* Context: main thread. Stops input, restores the terminal, unregisters nothing. */
 void console_free(Console *con);
 /* Context: any thread, async-signal-safe: puts the terminal back as it was. */

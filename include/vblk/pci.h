@@ -61,6 +61,8 @@ typedef struct PciDeviceOps {
     void (*config_write)(PciDevice *dev, unsigned off, uint32_t val, unsigned size);
     /* Before a config read returns, may patch dev->config (optional). */
     void (*config_read)(PciDevice *dev, unsigned off, unsigned size);
+    /* Machine reset: back to power-on state, before the bus resets the header (optional). */
+    void (*reset)(PciDevice *dev);
 } PciDeviceOps;
 
 typedef struct PciBar {
@@ -87,6 +89,7 @@ struct PciDevice {
     uint8_t cap_last; /* offset of the last capability, 0 if none */
     Msix *msix;
     bool intx_level;
+    uint8_t reset_config[PCI_CONFIG_SIZE]; /* config space as registered (firmware's work) */
 };
 
 typedef struct PciDeviceInfo {
@@ -122,6 +125,13 @@ void pci_device_set_wmask(PciDevice *dev, unsigned off, unsigned len, uint8_t ma
 bool pci_bus_register(PciBus *bus, PciDevice *dev, unsigned slot, GError **errp);
 /* Context: main thread. Unmaps BARs and frees the slot. */
 void pci_bus_unregister(PciBus *bus, PciDevice *dev);
+/*
+ * Context: device lock held, vCPUs paused. Machine reset: each device's ops->reset,
+ * then its config space as registered (COMMAND, BARs at their pre-assigned
+ * addresses, MSI-X disabled), all vectors masked, MSI routes and irqfds released,
+ * INTx low.
+ */
+void pci_bus_reset(PciBus *bus);
 
 /* Config space access as the guest sees it (also used by tests). */
 /* Context: device lock held */

@@ -60,5 +60,10 @@ typedef struct LegacyPorts LegacyPorts;
 LegacyPorts *legacy_ports_new(Vm *vm, GError **errp);
 /* Context: main thread */
 void legacy_ports_free(LegacyPorts *lp);
+/*
+ * Context: device lock held. Machine reset: i8042 and port 0x92 to power-on state,
+ * CMOS index and control registers A-D as at power-on; CMOS NVRAM is kept (battery).
+ */
+void legacy_ports_reset(LegacyPorts *lp);
 
 #endif /* VBLK_PORTS_H */

@@ -47,6 +47,11 @@ GQuark vmm_error_quark(void);
 typedef struct VmConfig {
     uint64_t ram_size; /* bytes, multiple of 4 KiB */
     unsigned ncpus;
+    /*
+     * A guest reset (VM_EXIT_RESET) becomes a reset request (vm_request_reset)
+     * instead of an exit; false is QEMU's -no-reboot.
+     */
+    bool reset_in_place;
 } VmConfig;
 
 /* Why the VM stopped; the process exit status follows from it. */
@@ -57,6 +62,13 @@ typedef enum VmExitReason {
     VM_EXIT_QUIT,     /* console escape or monitor: status 0 */
     VM_EXIT_ERROR,    /* internal error, failed entry: status 1 */
 } VmExitReason;
+
+/* Who asked for an in-place reset. */
+typedef enum VmResetCause {
+    VM_RESET_NONE = 0,
+    VM_RESET_GUEST, /* triple fault, port 0x64/0x92/0xcf9, KVM_SYSTEM_EVENT_RESET */
+    VM_RESET_HOST,  /* QMP system_reset */
+} VmResetCause;
 
 typedef struct VmStats {
     uint64_t exits_pio;
@@ -127,11 +139,30 @@ void vm_resume(Vm *vm);
 /* Context: main thread */
 bool vm_is_running(Vm *vm);
 
-/* Context: any thread. First request wins; @msg may be NULL. */
+/*
+ * Context: any thread. First request wins; @msg may be NULL. VM_EXIT_RESET holds
+ * every vCPU out of KVM_RUN; with VmConfig.reset_in_place it only requests a reset.
+ */
 void vm_request_exit(Vm *vm, VmExitReason reason, const char *msg);
+/*
+ * Context: any thread. Holds the vCPUs out of KVM_RUN until vm_reset_done() and
+ * makes the exit fd readable; the main thread then performs the reset.
+ */
+void vm_request_reset(Vm *vm, VmResetCause cause);
+/* Context: any thread. The pending reset request, or VM_RESET_NONE. */
+VmResetCause vm_reset_requested(Vm *vm);
+/*
+ * Context: main thread, every vCPU paused (vm_pause). Puts the in-kernel PIC,
+ * IOAPIC and PIT and every vCPU (registers, LAPIC, MSRs, FPU/XSAVE, events,
+ * MP state) back in the state they had right after vm_create_vcpus(); the BSP
+ * then needs vm_setup_boot_cpu() again.
+ */
+bool vm_reset_cpus(Vm *vm, GError **errp);
+/* Context: main thread. Clears the reset request and releases the vCPUs it held. */
+void vm_reset_done(Vm *vm);
 /* Context: main thread. Blocks until vm_request_exit; returns the process exit status. */
 int vm_wait_exit(Vm *vm);
-/* Context: any thread; the fd becomes readable once an exit was requested. */
+/* Context: any thread; the fd becomes readable once an exit or a reset was requested. */
 int vm_exit_fd(Vm *vm);
 /* Context: any thread */
 VmExitReason vm_exit_reason(Vm *vm);

@@ -32,13 +32,7 @@ void blk_unref(BlockBackend *blk)
         return;
     }
     blk_drain(blk);
-    while (!g_queue_is_empty(&blk->parked)) {
-        BlkReq *req = g_queue_pop_head(&blk->parked);
-
-        /* the device is going away: parked requests fail */
-        req->cb(req->opaque, -ECANCELED);
-        g_free(req);
-    }
+    blk_cancel_parked(blk); /* the device is going away: parked requests fail */
     blk_throttle_cleanup(blk);
     bdrv_close(blk->root);
     g_free(blk->device);

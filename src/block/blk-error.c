@@ -148,3 +148,15 @@ void blk_resume_parked(BlockBackend *blk)
     blk->resuming = true;
     blk_resume_next(blk);
 }
+
+/* Context: loop thread */
+void blk_cancel_parked(BlockBackend *blk)
+{
+    blk->resuming = false;
+    while (!g_queue_is_empty(&blk->parked)) {
+        BlkReq *req = g_queue_pop_head(&blk->parked);
+
+        req->cb(req->opaque, -ECANCELED);
+        g_free(req);
+    }
+}

@@ -330,8 +330,13 @@ static JsonNode *cmd_system_powerdown(QmpRequest *req, JsonObject *args, GError 
 
 static JsonNode *cmd_system_reset(QmpRequest *req, JsonObject *args, GError **errp)
 {
+    bool was_shutdown = qmp_state == QMP_RUN_STATE_SHUTDOWN;
+
     if (qmp_hooks.reset && !qmp_hooks.reset(qmp_hooks.opaque, errp)) {
         return NULL;
+    }
+    if (!was_shutdown && qmp_state == QMP_RUN_STATE_SHUTDOWN) {
+        return empty_object(); /* -no-reboot: the hook shut down (SHUTDOWN sent) instead */
     }
     qmp_emit_reset(false, "host-qmp-system-reset");
     if (qmp_state != QMP_RUN_STATE_RUNNING) {

@@ -252,6 +252,11 @@ static void blk_stop(void *opaque)
     VirtIOBlkPCI *s = opaque;
 
     if (s->sw) {
+        /*
+         * Requests parked by werror/rerror=stop never complete on their own:
+         * fail them, or the drain below would wait forever (reset, quit).
+         */
+        blk_cancel_parked(s->backend);
         /* Whichever path runs is quiesced: in-flight requests complete first. */
         s->data_plane = dp_switch_is_dataplane(s->sw);
         dp_switch_free(s->sw);

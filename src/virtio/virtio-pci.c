@@ -485,10 +485,17 @@ static void vp_bar_write(PciDevice *dev, unsigned bar, uint64_t off, uint64_t va
     }
 }
 
+/* Machine reset: what the driver gets by writing status 0 (the device stops and drains). */
+static void vp_pci_reset(PciDevice *dev)
+{
+    vp_reset(to_vp(dev));
+}
+
 static const PciDeviceOps vp_pci_ops = {
     .bar_read = vp_bar_read,
     .bar_write = vp_bar_write,
     .bar_mapped = vp_bar_mapped,
+    .reset = vp_pci_reset,
 };
 
 /* ---- construction ---- */

@@ -294,6 +294,23 @@ bool console_start(Console *con, GError **errp)
     return true;
 }
 
+/* Context: device lock held */
+void console_reset(Console *con)
+{
+    Uart16550 *u = &con->uart;
+    uint64_t tx = u->tx_bytes, rx = u->rx_bytes, overruns = u->rx_overruns;
+
+    if (!con->registered) {
+        return;
+    }
+    /* Pending input is dropped, as a real UART's FIFO is; the counters go on. */
+    uart_init(u, &console_uart_ops, con);
+    u->tx_bytes = tx;
+    u->rx_bytes = rx;
+    u->rx_overruns = overruns;
+    vm_set_irq_line(con->vm, UART_COM1_IRQ, false);
+}
+
 /* Context: main thread */
 void console_free(Console *con)
 {

@@ -494,6 +494,14 @@ void vm_request_exit(Vm *vm, VmExitReason reason, const char *msg)
     int expected = VM_EXIT_NONE;
     uint64_t one = 1;
 
+    if (reason == VM_EXIT_RESET) {
+        /* The vCPU that asked must not run on (after a triple fault it cannot). */
+        if (vm->cfg.reset_in_place) {
+            vm_request_reset(vm, VM_RESET_GUEST);
+            return;
+        }
+        vm_reset_hold(vm, VM_RESET_GUEST);
+    }
     if (!atomic_compare_exchange_strong(&vm->exit_reason, &expected, (int)reason)) {
         return;
     }

@@ -5,8 +5,14 @@
 #include "vblk/machine.h"
 
 /* Opens -chardev/-mon/-qmp monitors; with none, QMP is not started at all. */
-bool machine_monitors_open(Vm *vm, const VmmOptions *o, bool *have_qmp, GError **errp);
-/* Serves the monitors until the VM asks to exit; returns the exit status. */
-int machine_main_loop(Vm *vm, bool started_paused, bool have_qmp);
+bool machine_monitors_open(Machine *m, const VmmOptions *o, bool *have_qmp, GError **errp);
+/* Serves the monitors until the VM asks to exit (guest resets in between); returns the status. */
+int machine_main_loop(Machine *m, bool started_paused, bool have_qmp);
+/*
+ * Machine reset minus the vCPU pause: every device to power-on state, boot images
+ * reloaded, in-kernel chips and vCPUs restored, BSP at the kernel entry.
+ * Context: main thread, BQL held, every vCPU paused
+ */
+bool machine_reset_devices_and_boot(Machine *m, GError **errp);
 
 #endif /* VBLK_MACHINE_INTERNAL_H */

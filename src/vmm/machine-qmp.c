@@ -6,14 +6,83 @@
 #include <glib-unix.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "machine-internal.h"
 #include "vblk/qmp.h"
 
+static Machine *qmp_machine; /* for the system_reset hook */
+
+/*
+ * The whole machine reset: pause every vCPU (the BQL is dropped meanwhile so
+ * a vCPU can finish its exit), reset devices, reload, restore the CPUs, then
+ * run again unless the VM was stopped (QMP stop, -S, io-error), as in QEMU.
+ * Context: main thread, BQL held (never a vCPU thread: vm_pause would wait for itself)
+ */
+static bool machine_reset_now(Machine *m, GError **errp)
+{
+    Vm *vm = machine_vm(m);
+    bool was_running = vm_is_running(vm);
+
+    vm_unlock(vm);
+    vm_pause(vm);
+    vm_lock(vm);
+    if (!machine_reset_devices_and_boot(m, errp)) {
+        return false; /* vCPUs stay held; the caller ends the VM */
+    }
+    vm_reset_done(vm);
+    if (was_running) {
+        vm_resume(vm);
+    }
+    return true;
+}
+
+typedef struct MainLoopCtx {
+    Machine *m;
+    GMainLoop *loop;
+    bool have_qmp;
+} MainLoopCtx;
+
+/* A vCPU asked for a reset (reboot, triple fault): it waits, held, for this. */
+static void machine_guest_reset(MainLoopCtx *c)
+{
+    Vm *vm = machine_vm(c->m);
+    VmResetCause cause = vm_reset_requested(vm);
+    GError *err = NULL;
+
+    if (!machine_reset_now(c->m, &err)) {
+        g_autofree char *msg = g_strdup_printf("reset failed: %s", err->message);
+
+        g_error_free(err);
+        vm_request_exit(vm, VM_EXIT_ERROR, msg);
+        return;
+    }
+    if (c->have_qmp) {
+        qmp_emit_reset(cause == VM_RESET_GUEST,
+                       cause == VM_RESET_GUEST ? "guest-reset" : "host-qmp-system-reset");
+        if (qmp_run_state_get() != QMP_RUN_STATE_RUNNING) {
+            qmp_run_state_set(QMP_RUN_STATE_PRELAUNCH); /* as QEMU's main loop */
+        }
+    }
+}
+
 static gboolean machine_exit_ready(gint fd, GIOCondition cond, gpointer opaque)
 {
-    g_main_loop_quit(opaque);
-    return G_SOURCE_REMOVE;
+    MainLoopCtx *c = opaque;
+    Vm *vm = machine_vm(c->m);
+    uint64_t cnt;
+
+    if (read(fd, &cnt, sizeof(cnt)) < 0) {
+        /* readable eventfd: cannot fail */
+    }
+    if (vm_exit_reason(vm) != VM_EXIT_NONE) {
+        g_main_loop_quit(c->loop);
+        return G_SOURCE_REMOVE;
+    }
+    if (vm_reset_requested(vm) != VM_RESET_NONE) {
+        machine_guest_reset(c);
+    }
+    return G_SOURCE_CONTINUE;
 }
 
 /* QMP hooks; they run on the main thread, which owns vm_pause()/vm_resume(). */
@@ -74,11 +143,19 @@ static bool machine_qmp_powerdown(void *opaque, GError **errp)
     return false;
 }
 
+/* Synchronous: the reply (and the RESET event qmp-commands.c sends) follow the reset. */
 static bool machine_qmp_reset(void *opaque, GError **errp)
 {
-    g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                "system_reset is not supported: vblk cannot reboot in place");
-    return false;
+    Machine *m = qmp_machine;
+
+    if (machine_options(m)->no_reboot) {
+        /* QEMU: -no-reboot turns every reset, this one too, into a shutdown. */
+        qmp_run_state_set(QMP_RUN_STATE_SHUTDOWN);
+        qmp_emit_shutdown(false, "host-qmp-system-reset");
+        vm_request_exit(machine_vm(m), VM_EXIT_QUIT, NULL);
+        return true;
+    }
+    return machine_reset_now(m, errp);
 }
 
 static void machine_qmp_quit(void *opaque)
@@ -109,8 +186,9 @@ static bool machine_open_one(const RawOption *r, GError **errp)
 }
 
 /* Context: main thread */
-bool machine_monitors_open(Vm *vm, const VmmOptions *o, bool *have_qmp, GError **errp)
+bool machine_monitors_open(Machine *m, const VmmOptions *o, bool *have_qmp, GError **errp)
 {
+    Vm *vm = machine_vm(m);
     static QmpMachineHooks hooks = {
         .stop = machine_qmp_stop,
         .cont = machine_qmp_cont,
@@ -131,6 +209,7 @@ bool machine_monitors_open(Vm *vm, const VmmOptions *o, bool *have_qmp, GError *
     qmp_init(NULL);
     *have_qmp = true;
     hooks.opaque = vm;
+    qmp_machine = m;
     qmp_machine_set_hooks(&hooks);
     for (guint i = 0; i < o->raw->len; i++) {
         if (!machine_open_one(o->raw->pdata[i], errp)) {
@@ -177,10 +256,12 @@ static gint machine_bql_poll(GPollFD *fds, guint nfds, gint timeout)
 }
 
 /* Context: main thread */
-int machine_main_loop(Vm *vm, bool started_paused, bool have_qmp)
+int machine_main_loop(Machine *m, bool started_paused, bool have_qmp)
 {
+    Vm *vm = machine_vm(m);
     GMainLoop *loop = g_main_loop_new(NULL, FALSE);
-    guint src = g_unix_fd_add(vm_exit_fd(vm), G_IO_IN, machine_exit_ready, loop);
+    MainLoopCtx ctx = {.m = m, .loop = loop, .have_qmp = have_qmp};
+    guint src = g_unix_fd_add(vm_exit_fd(vm), G_IO_IN, machine_exit_ready, &ctx);
     int status;
 
     if (have_qmp && !started_paused) {

@@ -199,23 +199,44 @@ static bool machine_write_mptable(Machine *m, GError **errp)
     return mptable_build(buf, mptable_size(&cfg), BOOT_MPTABLE_ADDR, &cfg, errp);
 }
 
-static bool machine_boot(Machine *m, GError **errp)
+/* What firmware leaves in RAM: MP table, kernel, initrd, cmdline, zero page, GDT, page tables. */
+static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
 {
     const VmmOptions *o = m->opts;
     BootConfig boot = {.kernel = o->kernel, .initrd = o->initrd, .cmdline = o->append};
     size_t n;
     const VmRamRegion *r = vm_ram_regions(m->vm, &n);
-    uint64_t entry;
 
     return machine_write_mptable(m, errp) &&
-           boot_load_linux(r, n, o->ram_size, &boot, &entry, errp) &&
-           vm_create_vcpus(m->vm, errp) && vm_setup_boot_cpu(m->vm, entry, BOOT_ZERO_PAGE, errp);
+           boot_load_linux(r, n, o->ram_size, &boot, entry, errp);
+}
+
+static bool machine_boot(Machine *m, GError **errp)
+{
+    uint64_t entry;
+
+    return machine_load(m, &entry, errp) && vm_create_vcpus(m->vm, errp) &&
+           vm_setup_boot_cpu(m->vm, entry, BOOT_ZERO_PAGE, errp);
+}
+
+/* Context: main thread, BQL held, every vCPU paused */
+bool machine_reset_devices_and_boot(Machine *m, GError **errp)
+{
+    uint64_t entry;
+
+    /* Devices first: the virtio-blk device stops its path and drains its requests. */
+    console_reset(m->console);
+    legacy_ports_reset(m->ports);
+    pci_bus_reset(m->pci);
+    /* Then the boot images, then the CPUs and in-kernel chips as at power-on. */
+    return machine_load(m, &entry, errp) && vm_reset_cpus(m->vm, errp) &&
+           vm_setup_boot_cpu(m->vm, entry, BOOT_ZERO_PAGE, errp);
 }
 
 static bool machine_build(Machine *m, GError **errp)
 {
     const VmmOptions *o = m->opts;
-    VmConfig cfg = {.ram_size = o->ram_size, .ncpus = o->smp};
+    VmConfig cfg = {.ram_size = o->ram_size, .ncpus = o->smp, .reset_in_place = !o->no_reboot};
 
     m->vm = vm_new(&cfg, errp);
     if (!m->vm) {
@@ -314,7 +335,7 @@ int machine_run(const VmmOptions *opts)
         g_array_free(m.cleanups, TRUE);
         return 1;
     }
-    if (machine_build(&m, &err) && machine_monitors_open(m.vm, opts, &have_qmp, &err)) {
+    if (machine_build(&m, &err) && machine_monitors_open(&m, opts, &have_qmp, &err)) {
         machine_signal_vm = m.vm;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
@@ -322,7 +343,7 @@ int machine_run(const VmmOptions *opts)
         sigaction(SIGHUP, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
         if (console_start(m.console, &err) && vm_start(m.vm, opts->start_paused, &err)) {
-            status = machine_main_loop(m.vm, opts->start_paused, have_qmp);
+            status = machine_main_loop(&m, opts->start_paused, have_qmp);
             machine_print_stats(m.vm);
         } else if (have_qmp) {
             qmp_cleanup();

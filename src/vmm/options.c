@@ -44,7 +44,8 @@ static const char options_usage_text[] =
     "  -name NAME, -machine/-M pc|q35, -accel kvm, -enable-kvm, -cpu MODEL,\n"
     "  -display none, -vga none, -nodefaults, -no-reboot, -boot ..., -L DIR\n"
     "  -h, --help, --version\n"
-    "A guest reset (reboot) ends vblk with exit status 0, as QEMU's -no-reboot does.\n";
+    "A guest reboot or QMP system_reset resets the machine in place and boots the same\n"
+    "-kernel/-initrd/-append again; with -no-reboot it ends vblk with exit status 0.\n";
 
 /* Context: main thread */
 const char *options_usage(void)

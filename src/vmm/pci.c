@@ -506,7 +506,33 @@ bool pci_bus_register(PciBus *bus, PciDevice *dev, unsigned slot, GError **errp)
         pci_set_byte(dev, PCI_INTERRUPT_LINE, pci_intx_gsi(dev));
     }
     pci_update_mappings(dev);
+    memcpy(dev->reset_config, dev->config, PCI_CONFIG_SIZE);
     return true;
+}
+
+static void pci_device_reset(PciDevice *dev)
+{
+    if (dev->ops && dev->ops->reset) {
+        dev->ops->reset(dev);
+    }
+    memcpy(dev->config, dev->reset_config, PCI_CONFIG_SIZE);
+    /* Masks every vector and unbinds its irqfd; then the routes go too. */
+    msix_reset(dev);
+    msix_release_routes(dev);
+    dev->intx_level = false;
+    pci_update_mappings(dev);
+    pci_update_intx(dev);
+}
+
+/* Context: device lock held, vCPUs paused */
+void pci_bus_reset(PciBus *bus)
+{
+    bus->conf1_addr = 0;
+    for (unsigned i = 0; i < PCI_SLOTS; i++) {
+        if (bus->slots[i]) {
+            pci_device_reset(bus->slots[i]);
+        }
+    }
 }
 
 /* Context: main thread */

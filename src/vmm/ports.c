@@ -1,6 +1,7 @@
 /*
- * vblk: legacy PC ports. Resets (i8042 0xfe, port 0x92 bit 0; 0xcf9 is in pci.c) end
- * the VM with status 0; vblk does not reboot in place (QEMU's -no-reboot).
+ * vblk: legacy PC ports. Resets (i8042 0xfe, port 0x92 bit 0; 0xcf9 is in pci.c) ask
+ * for a machine reset (vm_request_exit(VM_EXIT_RESET)): in place, or an exit with
+ * status 0 under -no-reboot.
  */
 #include <string.h>
 
@@ -330,6 +331,20 @@ LegacyPorts *legacy_ports_new(Vm *vm, GError **errp)
         return NULL;
     }
     return lp;
+}
+
+/* Context: device lock held */
+void legacy_ports_reset(LegacyPorts *lp)
+{
+    Cmos fresh;
+
+    i8042_init(&lp->kbd);
+    lp->port92 = 0;
+    cmos_init(&fresh);
+    lp->cmos.index = 0;
+    for (unsigned r = RTC_REG_A; r <= RTC_REG_D; r++) {
+        lp->cmos.ram[r] = fresh.ram[r];
+    }
 }
 
 /* Context: main thread */

@@ -193,8 +193,9 @@ static bool vcpu_init(Vm *vm, Vcpu *vcpu, unsigned id, int run_size, GError **er
         return vcpu_errno(errp, id, "mmap kvm_run");
     }
     vcpu->run_size = run_size;
+    /* What this vCPU looks like at power-on is what a reset restores. */
     return vcpu_set_cpuid(vcpu, errp) && vcpu_set_msrs(vcpu, errp) && vcpu_set_lint(vcpu, errp) &&
-           vcpu_set_fpu(vcpu, errp);
+           vcpu_set_fpu(vcpu, errp) && vcpu_snapshot(vcpu, errp);
 }
 
 /* Context: main thread */
@@ -204,6 +205,9 @@ bool vm_create_vcpus(Vm *vm, GError **errp)
 
     if (run_size <= 0) {
         return vcpu_errno(errp, 0, "KVM_GET_VCPU_MMAP_SIZE");
+    }
+    if (!vm_snapshot_chips(vm, errp)) {
+        return false;
     }
     vm->vcpus = g_new0(Vcpu, vm->cfg.ncpus);
     for (unsigned i = 0; i < vm->cfg.ncpus; i++) {
@@ -361,15 +365,15 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
     case KVM_EXIT_SHUTDOWN:
         /* Triple fault: what a PC does on reset, and what reboot=t asks for. */
         vm_request_exit(vcpu->vm, VM_EXIT_RESET, NULL);
-        return false;
+        return true; /* held out of KVM_RUN until the reset is done */
     case KVM_EXIT_SYSTEM_EVENT:
         if (run->system_event.type == KVM_SYSTEM_EVENT_CRASH) {
             vcpu_report_error(vcpu, "guest crash event", run->system_event.type);
+        } else if (run->system_event.type == KVM_SYSTEM_EVENT_SHUTDOWN) {
+            vm_request_exit(vcpu->vm, VM_EXIT_POWEROFF, NULL);
         } else {
-            vm_request_exit(vcpu->vm,
-                            run->system_event.type == KVM_SYSTEM_EVENT_SHUTDOWN ? VM_EXIT_POWEROFF
-                                                                                : VM_EXIT_RESET,
-                            NULL);
+            vm_request_exit(vcpu->vm, VM_EXIT_RESET, NULL);
+            return true;
         }
         return false;
     case KVM_EXIT_FAIL_ENTRY:
@@ -389,16 +393,17 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
     }
 }
 
-/* Blocks while a pause is requested; returns false when the VM is stopping. */
+/* Blocks while a pause or a reset is requested; returns false when the VM is stopping. */
 static bool vcpu_wait_runnable(Vm *vm)
 {
-    if (!atomic_load(&vm->pause_req) && !atomic_load(&vm->stop)) {
+    if (!atomic_load(&vm->pause_req) && !atomic_load(&vm->reset_req) && !atomic_load(&vm->stop)) {
         return true;
     }
     pthread_mutex_lock(&vm->run_lock);
     vm->paused_count++;
     pthread_cond_broadcast(&vm->run_cond);
-    while (atomic_load(&vm->pause_req) && !atomic_load(&vm->stop)) {
+    while ((atomic_load(&vm->pause_req) || atomic_load(&vm->reset_req)) &&
+           !atomic_load(&vm->stop)) {
         pthread_cond_wait(&vm->run_cond, &vm->run_lock);
     }
     vm->paused_count--;
@@ -542,6 +547,7 @@ void vcpu_destroy_all(Vm *vm)
         if (vcpu->fd >= 0) {
             close(vcpu->fd);
         }
+        vcpu_snapshot_free(vcpu);
     }
     g_free(vm->vcpus);
     vm->vcpus = NULL;

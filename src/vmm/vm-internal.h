@@ -11,6 +11,8 @@
 
 #include "vblk/vmm.h"
 
+typedef struct VcpuSnapshot VcpuSnapshot;
+
 typedef struct Vcpu {
     Vm *vm;
     unsigned id;
@@ -19,6 +21,7 @@ typedef struct Vcpu {
     size_t run_size;
     pthread_t thread;
     bool thread_started;
+    VcpuSnapshot *snap; /* power-on state, for resets (vm-reset.c) */
 } Vcpu;
 
 struct Vm {
@@ -57,6 +60,12 @@ struct Vm {
     unsigned paused_count;
     unsigned exited_count;
 
+    atomic_int reset_req; /* VmResetCause; vCPUs stay out of KVM_RUN while set */
+    /* In-kernel PIC master/slave, IOAPIC and PIT as created (vm-reset.c). */
+    struct kvm_irqchip chips[3];
+    struct kvm_pit_state2 pit;
+    bool chips_saved;
+
     int exit_fd; /* eventfd */
     atomic_int exit_reason;
 
@@ -69,5 +78,11 @@ struct Vm {
 /* vcpu.c */
 void vcpu_stop_all(Vm *vm);
 void vcpu_destroy_all(Vm *vm);
+/* vm-reset.c: snapshots taken before any vCPU runs. */
+bool vm_snapshot_chips(Vm *vm, GError **errp);
+bool vcpu_snapshot(Vcpu *vcpu, GError **errp);
+void vcpu_snapshot_free(Vcpu *vcpu);
+/* Sets the reset request (vCPUs stay out of KVM_RUN) without waking the main thread. */
+void vm_reset_hold(Vm *vm, VmResetCause cause);
 
 #endif /* VBLK_VM_INTERNAL_H */
