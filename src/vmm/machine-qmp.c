@@ -23,12 +23,18 @@ static bool machine_reset_now(Machine *m, GError **errp)
 {
     Vm *vm = machine_vm(m);
     bool was_running = vm_is_running(vm);
+    GError *err = NULL;
 
     vm_unlock(vm);
     vm_pause(vm);
     vm_lock(vm);
-    if (!machine_reset_devices_and_boot(m, errp)) {
-        return false; /* vCPUs stay held; the caller ends the VM */
+    if (!machine_reset_devices_and_boot(m, &err)) {
+        /* Half reset is no state to run from: the vCPUs stay paused and vblk ends. */
+        g_autofree char *msg = g_strdup_printf("reset failed: %s", err->message);
+
+        vm_request_exit(vm, VM_EXIT_ERROR, msg);
+        g_propagate_error(errp, err);
+        return false;
     }
     vm_reset_done(vm);
     if (was_running) {
@@ -51,10 +57,7 @@ static void machine_guest_reset(MainLoopCtx *c)
     GError *err = NULL;
 
     if (!machine_reset_now(c->m, &err)) {
-        g_autofree char *msg = g_strdup_printf("reset failed: %s", err->message);
-
-        g_error_free(err);
-        vm_request_exit(vm, VM_EXIT_ERROR, msg);
+        g_error_free(err); /* reported; vblk is ending */
         return;
     }
     if (c->have_qmp) {

@@ -207,8 +207,7 @@ static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
     size_t n;
     const VmRamRegion *r = vm_ram_regions(m->vm, &n);
 
-    return machine_write_mptable(m, errp) &&
-           boot_load_linux(r, n, o->ram_size, &boot, entry, errp);
+    return machine_write_mptable(m, errp) && boot_load_linux(r, n, o->ram_size, &boot, entry, errp);
 }
 
 static bool machine_boot(Machine *m, GError **errp)

@@ -264,7 +264,8 @@ static void test_cli(void)
     g_free(out);
     g_free(err);
     g_free(args);
-    args = g_strdup_printf("-m 32M -kernel %s -serial file:%s -display none -no-reboot", kernel, log);
+    args =
+        g_strdup_printf("-m 32M -kernel %s -serial file:%s -display none -no-reboot", kernel, log);
     g_assert_cmpint(run_vblk(args, &out, &err), ==, 0);
     g_assert_cmpstr(out, ==, "");
     g_assert_true(g_file_get_contents(log, &logged, NULL, NULL));
@@ -393,35 +394,35 @@ static void test_qmp_cont(void)
  * (port 0x64), later boots halt and wait for the host.
  */
 static const uint8_t reset_code[] = {
-    0xbf, 0x00, 0x60, 0x00, 0x00,             /* mov edi, 0x6000 */
-    0x8b, 0x07, 0xff, 0xc0, 0x89, 0x07,       /* mov eax, [rdi]; inc eax; mov [rdi], eax */
-    0x89, 0xc3,                               /* mov ebx, eax */
-    0x66, 0xba, 0xf8, 0x03, 0x04, 0x30, 0xee, /* mov dx, 0x3f8; add al, '0'; out dx, al */
-    0xb9, 0x82, 0x00, 0x00, 0xc0, 0x0f, 0x32, /* mov ecx, LSTAR; rdmsr */
+    0xbf, 0x00, 0x60, 0x00, 0x00,                   /* mov edi, 0x6000 */
+    0x8b, 0x07, 0xff, 0xc0, 0x89, 0x07,             /* mov eax, [rdi]; inc eax; mov [rdi], eax */
+    0x89, 0xc3,                                     /* mov ebx, eax */
+    0x66, 0xba, 0xf8, 0x03, 0x04, 0x30, 0xee,       /* mov dx, 0x3f8; add al, '0'; out dx, al */
+    0xb9, 0x82, 0x00, 0x00, 0xc0, 0x0f, 0x32,       /* mov ecx, LSTAR; rdmsr */
     0x09, 0xd0, 0xb0, 0x6c, 0x74, 0x02, 0xb0, 0x4c, /* or eax, edx; al = zero ? 'l' : 'L' */
-    0x66, 0xba, 0xf8, 0x03, 0xee,             /* mov dx, 0x3f8; out dx, al */
-    0x0f, 0x01, 0x4f, 0x10,                   /* sidt [rdi + 0x10] */
-    0x66, 0x83, 0x7f, 0x10, 0xff,             /* cmp word [rdi + 0x10], 0xffff */
-    0xb0, 0x69, 0x74, 0x02, 0xb0, 0x49, 0xee, /* al = equal ? 'i' : 'I'; out dx, al */
-    0xbe, 0x80, 0x00, 0xe0, 0xfe,             /* mov esi, 0xfee00080 (LAPIC TPR) */
-    0x8b, 0x06, 0x85, 0xc0,                   /* mov eax, [rsi]; test eax, eax */
-    0xb0, 0x61, 0x74, 0x02, 0xb0, 0x41, 0xee, /* al = zero ? 'a' : 'A'; out dx, al */
-    0xb9, 0x01, 0x4d, 0x56, 0x4b, 0x0f, 0x32, /* mov ecx, MSR_KVM_SYSTEM_TIME_NEW; rdmsr */
+    0x66, 0xba, 0xf8, 0x03, 0xee,                   /* mov dx, 0x3f8; out dx, al */
+    0x0f, 0x01, 0x4f, 0x10,                         /* sidt [rdi + 0x10] */
+    0x66, 0x83, 0x7f, 0x10, 0xff,                   /* cmp word [rdi + 0x10], 0xffff */
+    0xb0, 0x69, 0x74, 0x02, 0xb0, 0x49, 0xee,       /* al = equal ? 'i' : 'I'; out dx, al */
+    0xbe, 0x80, 0x00, 0xe0, 0xfe,                   /* mov esi, 0xfee00080 (LAPIC TPR) */
+    0x8b, 0x06, 0x85, 0xc0,                         /* mov eax, [rsi]; test eax, eax */
+    0xb0, 0x61, 0x74, 0x02, 0xb0, 0x41, 0xee,       /* al = zero ? 'a' : 'A'; out dx, al */
+    0xb9, 0x01, 0x4d, 0x56, 0x4b, 0x0f, 0x32,       /* mov ecx, MSR_KVM_SYSTEM_TIME_NEW; rdmsr */
     0x09, 0xd0, 0xb0, 0x6b, 0x74, 0x02, 0xb0, 0x4b, /* or eax, edx; al = zero ? 'k' : 'K' */
-    0x66, 0xba, 0xf8, 0x03, 0xee,             /* mov dx, 0x3f8; out dx, al */
-    0xb0, 0x0a, 0xee,                         /* mov al, '\n'; out dx, al */
-    0xb9, 0x82, 0x00, 0x00, 0xc0,             /* mov ecx, LSTAR */
-    0xb8, 0x78, 0x56, 0x34, 0x12, 0x31, 0xd2, /* mov eax, 0x12345678; xor edx, edx */
-    0x0f, 0x30,                               /* wrmsr */
-    0xb9, 0x01, 0x4d, 0x56, 0x4b,             /* mov ecx, MSR_KVM_SYSTEM_TIME_NEW */
-    0xb8, 0x01, 0x61, 0x00, 0x00, 0x31, 0xd2, /* mov eax, 0x6101 (enabled); xor edx, edx */
-    0x0f, 0x30,                               /* wrmsr */
-    0xc7, 0x06, 0x20, 0x00, 0x00, 0x00,       /* mov dword [rsi], 0x20 (TPR) */
-    0x66, 0xc7, 0x47, 0x10, 0x07, 0x00,       /* mov word [rdi + 0x10], 7 */
-    0x0f, 0x01, 0x5f, 0x10,                   /* lidt [rdi + 0x10] */
-    0x83, 0xfb, 0x01, 0x75, 0x04,             /* cmp ebx, 1; jne 1f */
-    0xb0, 0xfe, 0xe6, 0x64,                   /* mov al, 0xfe; out 0x64, al (reboot) */
-    0xf4, 0xeb, 0xfd,                         /* 1: hlt; jmp 1b */
+    0x66, 0xba, 0xf8, 0x03, 0xee,                   /* mov dx, 0x3f8; out dx, al */
+    0xb0, 0x0a, 0xee,                               /* mov al, '\n'; out dx, al */
+    0xb9, 0x82, 0x00, 0x00, 0xc0,                   /* mov ecx, LSTAR */
+    0xb8, 0x78, 0x56, 0x34, 0x12, 0x31, 0xd2,       /* mov eax, 0x12345678; xor edx, edx */
+    0x0f, 0x30,                                     /* wrmsr */
+    0xb9, 0x01, 0x4d, 0x56, 0x4b,                   /* mov ecx, MSR_KVM_SYSTEM_TIME_NEW */
+    0xb8, 0x01, 0x61, 0x00, 0x00, 0x31, 0xd2,       /* mov eax, 0x6101 (enabled); xor edx, edx */
+    0x0f, 0x30,                                     /* wrmsr */
+    0xc7, 0x06, 0x20, 0x00, 0x00, 0x00,             /* mov dword [rsi], 0x20 (TPR) */
+    0x66, 0xc7, 0x47, 0x10, 0x07, 0x00,             /* mov word [rdi + 0x10], 7 */
+    0x0f, 0x01, 0x5f, 0x10,                         /* lidt [rdi + 0x10] */
+    0x83, 0xfb, 0x01, 0x75, 0x04,                   /* cmp ebx, 1; jne 1f */
+    0xb0, 0xfe, 0xe6, 0x64,                         /* mov al, 0xfe; out 0x64, al (reboot) */
+    0xf4, 0xeb, 0xfd,                               /* 1: hlt; jmp 1b */
 };
 
 /* Waits (up to 20 s) until the file holds exactly @want. */
@@ -489,8 +490,8 @@ static void test_reset_in_place(void)
     g_autofree char *serial_arg = g_strdup_printf("file:%s", log);
     g_autofree char *out = NULL, *logged = NULL;
     const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",   "32",    "-smp",    "2",        "-kernel",
-                    kernel,      "-S",   "-qmp",  qmp_arg,   "-serial",  serial_arg, NULL};
+    char *argv[] = {(char *)bin, "-m",   "32",    "-smp",    "2",        "-kernel", kernel,
+                    "-S",        "-qmp", qmp_arg, "-serial", serial_arg, NULL};
     GString *want = g_string_new("1liak\n2liak\n");
     g_autoptr(GString) acc = g_string_new(NULL);
     GPid pid;
@@ -557,7 +558,7 @@ static void test_reset_no_reboot(void)
     g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
     g_autofree char *out = NULL;
     const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",   "32",     "-kernel",   kernel, "-qmp",
+    char *argv[] = {(char *)bin, "-m",      "32",   "-kernel",    kernel, "-qmp",
                     qmp_arg,     "-serial", "null", "-no-reboot", NULL};
     g_autoptr(GString) acc = g_string_new(NULL);
     GPid pid;
@@ -589,6 +590,46 @@ static void test_reset_no_reboot(void)
     g_rmdir(dir);
 }
 
+/* A reset that cannot reload the kernel (file gone): a QMP error, then vblk ends with status 1. */
+static void test_reset_kernel_gone(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("vblk-reset-XXXXXX", NULL);
+    g_autofree char *kernel = write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
+    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
+    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
+    g_autofree char *out = NULL;
+    g_autoptr(GString) acc = g_string_new(NULL);
+    const char *bin = g_getenv("VBLK_BIN");
+    char *argv[] = {(char *)bin, "-m",    "32",      "-kernel", kernel,
+                    "-qmp",      qmp_arg, "-serial", "null",    NULL};
+    GPid pid;
+    int fd, status;
+
+    if (!bin || !kvm_usable()) {
+        if (!bin) {
+            g_test_skip("VBLK_BIN not set");
+        }
+        return;
+    }
+    g_assert_true(g_spawn_async(NULL, argv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL |
+                                    G_SPAWN_STDERR_TO_DEV_NULL,
+                                NULL, NULL, &pid, NULL));
+    fd = qmp_connect(sock);
+    g_assert_cmpint(fd, >=, 0);
+    g_free(qmp_wait(fd, acc, "QMP"));
+    expect_reply(fd, acc, "qmp_capabilities", "return");
+    g_unlink(kernel);
+    qmp_send(fd, "system_reset");
+    out = qmp_wait(fd, acc, "\"error\"");
+    g_assert_nonnull(strstr(out, "-kernel"));
+    close(fd);
+    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 1);
+    g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -599,5 +640,6 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/kvm/qmp-cont", test_qmp_cont);
     g_test_add_func("/vmm/kvm/reset-in-place", test_reset_in_place);
     g_test_add_func("/vmm/kvm/reset-no-reboot", test_reset_no_reboot);
+    g_test_add_func("/vmm/kvm/reset-kernel-gone", test_reset_kernel_gone);
     return g_test_run();
 }
