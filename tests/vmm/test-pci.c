@@ -466,6 +466,69 @@ static void test_msix_unregister(Fixture *f, gconstpointer data)
     close(efd);
 }
 
+static int td_resets;
+static bool td_reset_saw_msix;
+
+static void td_reset(PciDevice *dev)
+{
+    td_resets++;
+    td_reset_saw_msix = msix_enabled(dev);
+}
+
+/*
+ * Machine reset: the guest moved a BAR, turned decode and bus mastering off, enabled
+ * MSI-X with a bound vector and raised INTx. Afterwards the header is as registered,
+ * MSI-X is off with every vector masked, the irqfd and the route are gone.
+ */
+static void test_bus_reset(Fixture *f, gconstpointer data)
+{
+    static const PciDeviceOps ops = {.bar_read = td_bar_read,
+                                     .bar_write = td_bar_write,
+                                     .bar_mapped = td_bar_mapped,
+                                     .reset = td_reset};
+    uint32_t bar0 = cfg_read(f, 3, PCI_BASE_ADDRESS_0, 4);
+    uint32_t cmd = cfg_read(f, 3, PCI_COMMAND, 2);
+    uint64_t t = msix_base(f);
+    int efd = eventfd(0, EFD_NONBLOCK);
+    uint64_t v;
+
+    f->dev.pci.ops = &ops;
+    mmio_write32(f, t + 0, 0xfee00000);
+    msix_set_notifier(&f->dev.pci, 0, efd);
+    msix_enable(f, true, false);
+    mmio_write32(f, t + 12, 0);
+    g_assert_true(f->kvm.irqfd_bound[24]);
+    cfg_write(f, 3, PCI_BASE_ADDRESS_0, 4, 0xd0000000);
+    cfg_write(f, 3, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    cfg_write(f, 3, PCI_INTERRUPT_LINE, 1, 0x55);
+    iobus_write(f->pio, 0xcf8, 4, 0x80001800);
+    td_resets = 0;
+    pci_bus_reset(f->bus);
+    /* The conf1 address latch is cleared too. */
+    iobus_read(f->pio, 0xcf8, 4, &v);
+    g_assert_cmphex(v, ==, 0);
+    g_assert_cmpint(td_resets, ==, 1);
+    /* The device's own reset ran while the guest's header was still in place. */
+    g_assert_true(td_reset_saw_msix);
+    g_assert_cmphex(cfg_read(f, 3, PCI_BASE_ADDRESS_0, 4), ==, bar0);
+    g_assert_cmphex(cfg_read(f, 3, PCI_COMMAND, 2), ==, cmd);
+    g_assert_cmphex(cfg_read(f, 3, PCI_INTERRUPT_LINE, 1), ==, pci_intx_gsi(&f->dev.pci));
+    g_assert_true(iobus_read(f->mmio, bar0 + 0x10, 4, &v));
+    g_assert_false(iobus_read(f->mmio, 0xd0000010, 4, &v));
+    g_assert_false(msix_enabled(&f->dev.pci));
+    g_assert_false(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->kvm.routes_removed, ==, 1);
+    g_assert_cmphex(mmio_read32(f, t + 12), ==, 1);
+    /* A second reset in a row is harmless; a later unmask builds a new route. */
+    pci_bus_reset(f->bus);
+    mmio_write32(f, t + 0, 0xfee00000);
+    msix_enable(f, true, false);
+    mmio_write32(f, t + 12, 0);
+    g_assert_true(f->kvm.irqfd_bound[f->kvm.next_gsi - 1]);
+    msix_set_notifier(&f->dev.pci, 0, -1);
+    close(efd);
+}
+
 static void test_iobus(void)
 {
     static const IoRegionOps ops = {0};
@@ -510,5 +573,6 @@ int main(int argc, char **argv)
     ADD("msix-table", test_msix_table);
     ADD("msix-soft-notify", test_msix_soft_notify);
     ADD("msix-unregister", test_msix_unregister);
+    ADD("bus-reset", test_bus_reset);
     return g_test_run();
 }
