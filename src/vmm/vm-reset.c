@@ -15,10 +15,12 @@
 
 #include "vm-internal.h"
 
-#define MSR_IA32_TSC    0x10
-#define MSR_MTRR_DEF    0x2ff
-#define MSR_MISC_ENABLE 0x1a0
-#define VCPU_MAX_MSRS   1024
+#define MSR_KVM_WALL_CLOCK     0x11
+#define MSR_KVM_WALL_CLOCK_NEW 0x4b564d00
+#define MSR_IA32_TSC           0x10
+#define MSR_MTRR_DEF           0x2ff
+#define MSR_MISC_ENABLE        0x1a0
+#define VCPU_MAX_MSRS          1024
 
 struct VcpuSnapshot {
     struct kvm_regs regs;
@@ -67,7 +69,13 @@ static GArray *vcpu_msr_candidates(Vm *vm)
 
     list->nmsrs = VCPU_MAX_MSRS;
     if (ioctl(vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, list) == 0) {
-        g_array_append_vals(a, list->indices, list->nmsrs);
+        for (uint32_t i = 0; i < list->nmsrs; i++) {
+            /* Not state but a command: a write makes KVM store the wall clock at that GPA. */
+            if (list->indices[i] != MSR_KVM_WALL_CLOCK &&
+                list->indices[i] != MSR_KVM_WALL_CLOCK_NEW) {
+                g_array_append_val(a, list->indices[i]);
+            }
+        }
     }
     for (size_t i = 0; i < G_N_ELEMENTS(extra); i++) {
         bool found = false;
@@ -83,38 +91,60 @@ static GArray *vcpu_msr_candidates(Vm *vm)
     return a;
 }
 
-/* Reads every candidate KVM can read; unreadable ones (features the vCPU lacks) are left out. */
-static struct kvm_msrs *vcpu_read_msrs(Vcpu *vcpu)
+/*
+ * Runs KVM_GET_MSRS or KVM_SET_MSRS over @in; keeps in @out the entries KVM accepted
+ * (KVM stops at the first one it refuses and returns how many it did).
+ */
+static void vcpu_msrs_filter(Vcpu *vcpu, unsigned long req, const struct kvm_msrs *in,
+                             struct kvm_msrs *out)
 {
-    g_autoptr(GArray) idx = vcpu_msr_candidates(vcpu->vm);
-    struct kvm_msrs *all = g_malloc0(sizeof(*all) + idx->len * sizeof(struct kvm_msr_entry));
-    struct kvm_msrs *m = g_malloc0(sizeof(*m) + idx->len * sizeof(struct kvm_msr_entry));
-    guint i = 0;
+    struct kvm_msrs *m = g_malloc0(sizeof(*m) + in->nmsrs * sizeof(struct kvm_msr_entry));
+    uint32_t i = 0;
 
-    while (i < idx->len) {
+    out->nmsrs = 0;
+    while (i < in->nmsrs) {
         int ret;
 
-        all->nmsrs = idx->len - i;
-        for (guint j = 0; j < all->nmsrs; j++) {
-            all->entries[j] = (struct kvm_msr_entry){.index = g_array_index(idx, uint32_t, i + j)};
-        }
-        /* KVM stops at the first MSR it refuses and returns how many it read. */
-        ret = ioctl(vcpu->fd, KVM_GET_MSRS, all);
+        m->nmsrs = in->nmsrs - i;
+        memcpy(m->entries, &in->entries[i], m->nmsrs * sizeof(struct kvm_msr_entry));
+        ret = ioctl(vcpu->fd, req, m);
         if (ret < 0) {
             ret = 0;
         }
-        for (int j = 0; j < ret; j++) {
-            m->entries[m->nmsrs++] = all->entries[j];
-        }
-        i += (guint)ret + 1; /* skip the refused one */
+        memcpy(&out->entries[out->nmsrs], m->entries, ret * sizeof(struct kvm_msr_entry));
+        out->nmsrs += ret;
+        i += (uint32_t)ret + 1; /* skip the refused one */
     }
-    g_free(all);
-    for (guint j = 0; j < m->nmsrs; j++) {
+    g_free(m);
+}
+
+/*
+ * Reads every candidate KVM can read, then writes the values straight back (the
+ * vCPU has not run: nothing changes) to drop the read-only ones, so that a reset
+ * writes only what KVM takes.
+ */
+static struct kvm_msrs *vcpu_read_msrs(Vcpu *vcpu)
+{
+    g_autoptr(GArray) idx = vcpu_msr_candidates(vcpu->vm);
+    size_t size = sizeof(struct kvm_msrs) + idx->len * sizeof(struct kvm_msr_entry);
+    struct kvm_msrs *all = g_malloc0(size);
+    struct kvm_msrs *readable = g_malloc0(size);
+    struct kvm_msrs *m = g_malloc0(size);
+
+    all->nmsrs = idx->len;
+    for (guint j = 0; j < idx->len; j++) {
+        all->entries[j] = (struct kvm_msr_entry){.index = g_array_index(idx, uint32_t, j)};
+    }
+    vcpu_msrs_filter(vcpu, KVM_GET_MSRS, all, readable);
+    for (uint32_t j = 0; j < readable->nmsrs; j++) {
         /* A TSC write of 0 is KVM's "synchronize with the other vCPUs", as at creation. */
-        if (m->entries[j].index == MSR_IA32_TSC) {
-            m->entries[j].data = 0;
+        if (readable->entries[j].index == MSR_IA32_TSC) {
+            readable->entries[j].data = 0;
         }
     }
+    vcpu_msrs_filter(vcpu, KVM_SET_MSRS, readable, m);
+    g_free(all);
+    g_free(readable);
     return m;
 }
 
@@ -173,29 +203,18 @@ void vcpu_snapshot_free(Vcpu *vcpu)
     }
 }
 
-/* Writes the saved MSRs; one KVM refuses is reported once and skipped, not fatal. */
+/* Writes the saved MSRs; one KVM refuses now (it took it at creation) is reported, not fatal. */
 static void vcpu_restore_msrs(Vcpu *vcpu)
 {
     struct kvm_msrs *s = vcpu->snap->msrs;
-    struct kvm_msrs *m = g_malloc0(sizeof(*m) + s->nmsrs * sizeof(struct kvm_msr_entry));
-    uint32_t i = 0;
+    struct kvm_msrs *done = g_malloc0(sizeof(*done) + s->nmsrs * sizeof(struct kvm_msr_entry));
 
-    while (i < s->nmsrs) {
-        int ret;
-
-        m->nmsrs = s->nmsrs - i;
-        memcpy(m->entries, &s->entries[i], m->nmsrs * sizeof(struct kvm_msr_entry));
-        ret = ioctl(vcpu->fd, KVM_SET_MSRS, m);
-        if (ret < 0) {
-            ret = 0;
-        }
-        if ((uint32_t)ret < m->nmsrs && vcpu->id == 0) {
-            fprintf(stderr, "vblk: reset: KVM refused MSR 0x%x = 0x%llx (left as it was)\n",
-                    m->entries[ret].index, (unsigned long long)m->entries[ret].data);
-        }
-        i += (uint32_t)ret + 1;
+    vcpu_msrs_filter(vcpu, KVM_SET_MSRS, s, done);
+    if (done->nmsrs < s->nmsrs) {
+        fprintf(stderr, "vblk: reset: vCPU %u: KVM refused %u of %u MSRs (left as they were)\n",
+                vcpu->id, s->nmsrs - done->nmsrs, s->nmsrs);
     }
-    g_free(m);
+    g_free(done);
 }
 
 static bool vcpu_restore(Vcpu *vcpu, GError **errp)
