@@ -322,5 +322,81 @@ else
     tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
 fi
 
+# 10-11. In-place reset (no -no-reboot): QMP system_reset during heavy I/O, then the
+# guest's own reboot. The same script runs at every boot and counts boots in a
+# marker sector: boot 1 writes 16 MiB + its md5 and loops on I/O until the host
+# resets it; boot 2 verifies the data and reboots itself (reboot -f, reboot=k);
+# boot 3 waits for the host's quit. x-data-plane=on, then off (with a qom-set
+# switch and a second system_reset right behind the first).
+reset_sh=$(cat <<'SH' | b64
+m=$(dd if=/dev/vda bs=512 skip=409600 count=1 2>/dev/null | tr -d '\000' | head -c 32)
+case "$m" in
+vblk-boot-1)
+    want=$(dd if=/dev/vda bs=512 skip=409601 count=1 2>/dev/null | tr -d '\000' | head -c 32)
+    got=$(dd if=/dev/vda bs=1M count=16 iflag=direct 2>/dev/null | md5sum | cut -c1-32)
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then echo "VBLK-VERIFY ok"; else echo "VBLK-VERIFY bad want=$want got=$got"; fi
+    printf vblk-boot-2 | dd of=/dev/vda bs=512 seek=409600 conv=sync,fsync 2>/dev/null
+    echo "VBLK-BOOT2-DONE" ;;
+vblk-boot-2)
+    echo "VBLK-BOOT3"; sleep 600 ;;
+*)
+    dd if=/dev/urandom of=/tmp/d bs=1M count=16 2>/dev/null
+    dd if=/tmp/d of=/dev/vda bs=1M oflag=direct conv=fsync 2>/dev/null
+    md5sum </tmp/d | cut -c1-32 | dd of=/dev/vda bs=512 seek=409601 conv=sync,fsync 2>/dev/null
+    printf vblk-boot-1 | dd of=/dev/vda bs=512 seek=409600 conv=sync,fsync 2>/dev/null
+    echo "VBLK-WROTE"
+    (while :; do dd if=/dev/vda of=/dev/null bs=64k skip=512 count=256 iflag=direct 2>/dev/null; done) &
+    echo "VBLK-IO-LOOP"
+    while :; do dd if=/dev/zero of=/dev/vda bs=64k seek=1024 count=256 oflag=direct 2>/dev/null; done ;;
+esac
+SH
+)
+for dp in on off; do
+    truncate -s 256M "$dir/rst-$dp.img"
+    port=$((port + 1))
+    "$VBLK_BIN" -enable-kvm -m 512 -smp 2 -nographic -kernel "$VBLK_L2_KERNEL" \
+        -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$reset_sh" \
+        -drive "$(drive drive0 "$dir/rst-$dp.img" aio=native)" \
+        -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=$dp \
+        -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/rst-$dp.log" 2>&1 &
+    vpid=$!
+    wait_log "$dir/rst-$dp.log" VBLK-IO-LOOP 180
+    qmp_open
+    qmp '{"execute":"qmp_capabilities"}'
+    sleep 2 # reads and writes in flight
+    if [ $dp = off ]; then
+        qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":true}}'
+        qmp '{"execute":"system_reset"}'
+        qmp '{"execute":"system_reset"}'
+    else
+        qmp '{"execute":"system_reset"}'
+    fi
+    qmp '{"execute":"query-status"}'
+    wait_log "$dir/rst-$dp.log" VBLK-BOOT2-DONE 180
+    wait_log "$dir/rst-$dp.log" VBLK-BOOT3 180
+    qmp '{"execute":"query-status"}'
+    qmp '{"execute":"quit"}'
+    reap_vblk
+    qmp_close
+    boots=$(grep -c 'VBLK-BOOT uptime' "$dir/rst-$dp.log")
+    echo "# x-data-plane=$dp: $boots kernel boots, rc=$rc"
+    if [ $rc -eq 0 ] && grep -q 'VBLK-VERIFY ok' "$dir/rst-$dp.log" &&
+        grep -q '"event": "RESET", "data": {"guest": false, "reason": "host-qmp-system-reset"}' "$dir/qmp.out" &&
+        ! grep -q '"error"' "$dir/qmp.out" && ! grep -q 'Kernel panic' "$dir/rst-$dp.log"; then
+        ok "system_reset during I/O (x-data-plane=$dp): the guest boots again and reads back boot 1's data"
+    else
+        nok "system_reset during I/O (x-data-plane=$dp): the guest boots again and reads back boot 1's data (rc=$rc)" "$dir/rst-$dp.log"
+        tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
+    fi
+    if grep -q 'VBLK-BOOT3' "$dir/rst-$dp.log" &&
+        grep -q '"event": "RESET", "data": {"guest": true, "reason": "guest-reset"}' "$dir/qmp.out" &&
+        grep -q '"event": "SHUTDOWN", "data": {"guest": false, "reason": "host-qmp-quit"}' "$dir/qmp.out"; then
+        ok "guest reboot without -no-reboot (x-data-plane=$dp): boots again, RESET guest-reset"
+    else
+        nok "guest reboot without -no-reboot (x-data-plane=$dp): boots again, RESET guest-reset" "$dir/rst-$dp.log"
+        tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
+    fi
+done
+
 echo "# $n system tests, $fails failed"
 [ $fails -eq 0 ]
