@@ -166,6 +166,43 @@ static void test_exec_werror_stop(void)
     exec_teardown(&x);
 }
 
+/*
+ * Device reset while a request is parked by werror=stop: blk_cancel_parked() fails
+ * it, so the executor has nothing in flight and a stop/drain can finish.
+ */
+static void test_exec_cancel_parked(void)
+{
+    ExecFix x;
+    uint8_t data[512] = {7};
+    TestBlkReq r;
+    BlkdebugRule rule = {.op = BLOCK_OP_WRITE, .error = EIO, .once = true};
+    uint16_t head;
+    uint32_t len;
+
+    blkfix_init(&x.f, NULL);
+    x.notifies = 0;
+    x.blk = bt_blockdev("driver=blkdebug,node-name=dbg,image.driver=null-co,image.size=4M");
+    blk_set_error_policy(x.blk, BLOCK_ERR_REPORT, BLOCK_ERR_STOP);
+    x.exec = blk_exec_new(x.blk, x.f.blk, notify, &x);
+    virtio_blk_queue_set_exec(x.f.q, blk_exec_ops(), x.exec);
+    g_assert_true(blkdebug_add_rule(blk_find_node(x.blk, "dbg"), &rule, NULL));
+    r = testblk_submit(x.f.tvq, VIRTIO_BLK_T_OUT, 4, data, 512, false);
+    virtio_blk_handle_queue(x.f.q);
+    blk_drain(x.blk);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 1);
+    g_assert_cmpuint(blk_exec_inflight(x.exec), ==, 1);
+    blk_cancel_parked(x.blk);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 0);
+    g_assert_cmpuint(blk_exec_inflight(x.exec), ==, 0);
+    wait_used(&x, 1);
+    g_assert_true(testvq_get_used(x.f.tvq, &head, &len));
+    g_assert_cmpint(testblk_status(x.f.tvq, &r), ==, VIRTIO_BLK_S_IOERR);
+    /* Nothing left to resume. */
+    blk_resume_parked(x.blk);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 0);
+    exec_teardown(&x);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -173,5 +210,6 @@ int main(int argc, char **argv)
     g_test_add_func("/block/exec/rw", test_exec_rw);
     g_test_add_func("/block/exec/writethrough", test_exec_writethrough);
     g_test_add_func("/block/exec/werror-stop", test_exec_werror_stop);
+    g_test_add_func("/block/exec/cancel-parked", test_exec_cancel_parked);
     return g_test_run();
 }
