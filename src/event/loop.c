@@ -444,6 +444,8 @@ static void loop_adjust_poll(EventLoop *loop, int64_t block_ns)
 
 /* ---- dispatch ---- */
 
+#define LOOP_BH_PASSES 4 /* rounds of BHs per iteration (BHs scheduling BHs) */
+
 static bool loop_dispatch_events(EventLoop *loop, struct epoll_event *events, int n)
 {
     bool progress = false;
@@ -511,7 +513,18 @@ bool event_loop_run_once(EventLoop *loop, bool blocking)
         progress |= loop_dispatch_events(loop, events, n);
     }
     progress |= loop_run_timers(loop);
-    progress |= loop_run_bhs(loop);
+    /*
+     * BHs scheduled by BHs (a completion BH scheduling the device's notify BH)
+     * run in this iteration too, instead of costing another trip through
+     * epoll_wait (and, under glib, a whole GMainContext cycle). Bounded, so a
+     * BH that always reschedules itself cannot starve the fds.
+     */
+    for (int pass = 0; pass < LOOP_BH_PASSES && loop_run_bhs(loop); pass++) {
+        progress = true;
+        if (!loop_bh_pending(loop)) {
+            break;
+        }
+    }
 
     if (blocking && polling) {
         loop_adjust_poll(loop, event_clock_ns() - start);
