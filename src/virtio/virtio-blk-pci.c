@@ -483,6 +483,24 @@ static void iothreads_destroy(void *opaque)
     }
 }
 
+/*
+ * The dataplane completes a failed request with VIRTIO_BLK_S_IOERR whatever
+ * the drive's werror/rerror say; only the block-layer path parks and stops
+ * the VM. Say so once when the user asked for "stop" explicitly.
+ */
+static void blk_pci_warn_error_policy(VirtIOBlkPCI *s)
+{
+    BlockErrorPolicy r, w;
+
+    blk_get_error_policy(s->backend, &r, &w);
+    if (s->data_plane && (r == BLOCK_ERR_STOP || w == BLOCK_ERR_STOP)) {
+        fprintf(stderr,
+                "vblk: warning: drive '%s': werror/rerror=stop applies on the block-layer path "
+                "only; with x-data-plane=on an I/O error is reported to the guest\n",
+                s->drive_id);
+    }
+}
+
 static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOptions *d,
                            GError **errp)
 {
@@ -513,6 +531,7 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
                     d->id, s->no_dataplane);
         goto fail;
     }
+    blk_pci_warn_error_policy(s);
     /* Every device can switch to the dataplane at runtime, so it has an iothread. */
     {
         if (!iothreads) {
