@@ -53,10 +53,13 @@ void blk_pci_foreach_iothread(void (*fn)(const char *id, IOThread *t, int64_t po
     }
 }
 
+#define IOTHREAD_POLL_MAX_NS_DEFAULT 32768
+
 static IOThread *iothread_lookup(const VmmOptions *opts, const char *id, GError **errp)
 {
     IOThread *t;
-    int64_t max_ns = 0, grow = 0, shrink = 0;
+    /* QEMU's -object iothread defaults: adaptive polling up to 32 us, doubling, reset to 0. */
+    int64_t max_ns = IOTHREAD_POLL_MAX_NS_DEFAULT, grow = 0, shrink = 0;
 
     if (!iothreads) {
         iothreads =
