@@ -189,6 +189,15 @@ unsigned blk_parked_count(BlockBackend *blk);
 void blk_resume_parked(BlockBackend *blk);
 /* Fail every parked request with -ECANCELED (device reset or teardown). Context: loop thread. */
 void blk_cancel_parked(BlockBackend *blk);
+/*
+ * While @on, a failure whose policy says "stop" (werror/rerror=stop, enospc on
+ * ENOSPC) is reported instead: the request completes with its error and the
+ * hook sees action "report". For a device being reset or torn down, whose
+ * requests must all complete (nobody will `cont` them). On: parked requests
+ * are cancelled as by blk_cancel_parked(), so a drain that follows ends with
+ * nothing in flight and nothing parked. Context: loop thread.
+ */
+void blk_set_quiescing(BlockBackend *blk, bool on);
 
 /* ---- throttling ---- */
 

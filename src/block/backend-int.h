@@ -46,6 +46,7 @@ struct BlockBackend {
     void *err_hook_opaque;
     GQueue parked; /* BlkReq*, sorted by seq */
     bool resuming;
+    bool quiescing; /* device reset/teardown: "stop" becomes "report" */
 
     BlockAcctStats stats;
     int64_t last_access_ns; /* -1: never */

@@ -31,8 +31,9 @@ void blk_unref(BlockBackend *blk)
     if (!blk) {
         return;
     }
+    /* The device is going away: parked requests fail, none is parked meanwhile. */
+    blk_set_quiescing(blk, true);
     blk_drain(blk);
-    blk_cancel_parked(blk); /* the device is going away: parked requests fail */
     blk_throttle_cleanup(blk);
     bdrv_close(blk->root);
     g_free(blk->device);

@@ -5,7 +5,8 @@
  * on ENOSPC and reports anything else. blk_resume_parked() (on `cont`)
  * resubmits the parked requests one at a time, so they also complete in
  * their original order; one that fails with "stop" again stays parked with
- * every request behind it.
+ * every request behind it. While the device is reset or torn down
+ * (blk_set_quiescing()), "stop" becomes "report", so a drain always ends.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -106,6 +107,10 @@ bool blk_handle_error(BlkReq *req, int *ret)
     BlockErrorPolicy p = req->op == BLOCK_OP_READ ? blk->on_read_error : blk->on_write_error;
     BlockErrorAction action = error_action(p, error);
 
+    if (action == BLOCK_ERR_ACTION_STOP && blk->quiescing) {
+        /* The device is being reset: nobody would resume a parked request. */
+        action = BLOCK_ERR_ACTION_REPORT;
+    }
     if (action == BLOCK_ERR_ACTION_STOP) {
         g_queue_insert_sorted(&blk->parked, req, by_seq, NULL);
         blk->in_flight--;
@@ -158,5 +163,14 @@ void blk_cancel_parked(BlockBackend *blk)
 
         req->cb(req->opaque, -ECANCELED);
         g_free(req);
+    }
+}
+
+/* Context: loop thread */
+void blk_set_quiescing(BlockBackend *blk, bool on)
+{
+    blk->quiescing = on;
+    if (on) {
+        blk_cancel_parked(blk);
     }
 }

@@ -256,13 +256,18 @@ static void blk_stop(void *opaque)
 
     if (s->sw) {
         /*
-         * Requests parked by werror/rerror=stop never complete on their own:
-         * fail them, or the drain below would wait forever (reset, quit).
+         * Requests parked by werror/rerror=stop never complete on their own,
+         * and one that fails while the path drains must not be parked either
+         * (nor stop the VM from inside a reset): quiescing fails the parked
+         * ones and reports further failures, or the drain would wait forever
+         * (reset, quit). The guest sees IOERR, as with QEMU's reset.
          */
-        blk_cancel_parked(s->backend);
+        blk_set_quiescing(s->backend, true);
         /* Whichever path runs is quiesced: in-flight requests complete first. */
         s->data_plane = dp_switch_is_dataplane(s->sw);
         dp_switch_free(s->sw);
+        g_warn_if_fail(blk_in_flight(s->backend) == 0 && blk_parked_count(s->backend) == 0);
+        blk_set_quiescing(s->backend, false);
         s->sw = NULL;
     }
     virtio_pci_set_host_notifiers(s->vp, false, NULL);

@@ -5,6 +5,7 @@
  * parks a request until blk_resume_parked().
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "blkfix.h"
@@ -203,6 +204,78 @@ static void test_exec_cancel_parked(void)
     exec_teardown(&x);
 }
 
+static void count_error(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
+{
+    unsigned *stops_and_reports = opaque;
+
+    stops_and_reports[ev->action_id == BLOCK_ERR_ACTION_STOP ? 0 : 1]++;
+}
+
+/*
+ * Device reset while a write that will fail is still in flight (werror=stop):
+ * quiescing reports the failure instead of parking it, so the drain the device
+ * does (blk_drain, then wait for the executor, as dp-switch's bl_detach) ends,
+ * the guest gets IOERR and the hook never asks for a VM stop. Before the fix
+ * the request was parked during the drain and the wait never ended: the alarm
+ * turns a regression into a failure instead of a hung test.
+ */
+static void test_exec_quiesce_inflight(gconstpointer data)
+{
+    const char *image = data;
+    ExecFix x;
+    uint8_t data_buf[512] = {7};
+    TestBlkReq r;
+    BlkdebugRule rule = {.op = BLOCK_OP_WRITE, .error = ENOSPC};
+    unsigned actions[2] = {0, 0}; /* stop, report */
+    uint16_t head;
+    uint32_t len;
+    g_autofree char *opts = g_strdup_printf("driver=blkdebug,node-name=dbg,%s", image);
+
+    blkfix_init(&x.f, NULL);
+    x.notifies = 0;
+    x.blk = bt_blockdev("%s", opts);
+    blk_set_error_policy(x.blk, BLOCK_ERR_REPORT, BLOCK_ERR_ENOSPC);
+    blk_set_error_hook(x.blk, count_error, actions);
+    x.exec = blk_exec_new(x.blk, x.f.blk, notify, &x);
+    virtio_blk_queue_set_exec(x.f.q, blk_exec_ops(), x.exec);
+    g_assert_true(blkdebug_add_rule(blk_find_node(x.blk, "dbg"), &rule, NULL));
+    r = testblk_submit(x.f.tvq, VIRTIO_BLK_T_OUT, 4, data_buf, 512, false);
+    virtio_blk_handle_queue(x.f.q);
+    g_assert_cmpuint(blk_in_flight(x.blk), ==, 1); /* it fails only in the drain */
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 0);
+
+    alarm(20);
+    blk_set_quiescing(x.blk, true);
+    blk_drain(x.blk);
+    while (blk_exec_inflight(x.exec)) {
+        event_loop_run_once(bt_loop, true);
+    }
+    alarm(0);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 0);
+    g_assert_cmpuint(actions[0], ==, 0);
+    g_assert_cmpuint(actions[1], ==, 1);
+    wait_used(&x, 1);
+    g_assert_true(testvq_get_used(x.f.tvq, &head, &len));
+    g_assert_cmpint(testblk_status(x.f.tvq, &r), ==, VIRTIO_BLK_S_IOERR);
+
+    /* Out of the reset, the policy applies again: the next failure parks. */
+    blk_set_quiescing(x.blk, false);
+    r = testblk_submit(x.f.tvq, VIRTIO_BLK_T_OUT, 5, data_buf, 512, false);
+    virtio_blk_handle_queue(x.f.q);
+    blk_drain(x.blk);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 1);
+    g_assert_cmpuint(actions[0], ==, 1);
+    /* A second reset: the parked one is cancelled, nothing waits. */
+    blk_set_quiescing(x.blk, true);
+    g_assert_cmpuint(blk_parked_count(x.blk), ==, 0);
+    g_assert_cmpuint(blk_exec_inflight(x.exec), ==, 0);
+    wait_used(&x, 2);
+    g_assert_true(testvq_get_used(x.f.tvq, &head, &len));
+    g_assert_cmpint(testblk_status(x.f.tvq, &r), ==, VIRTIO_BLK_S_IOERR);
+    blkdebug_clear_rules(blk_find_node(x.blk, "dbg"));
+    exec_teardown(&x);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -211,5 +284,10 @@ int main(int argc, char **argv)
     g_test_add_func("/block/exec/writethrough", test_exec_writethrough);
     g_test_add_func("/block/exec/werror-stop", test_exec_werror_stop);
     g_test_add_func("/block/exec/cancel-parked", test_exec_cancel_parked);
+    g_test_add_data_func("/block/exec/quiesce-inflight/null",
+                         "image.driver=null-co,image.size=4M", test_exec_quiesce_inflight);
+    g_test_add_data_func("/block/exec/quiesce-inflight/null-latency",
+                         "image.driver=null-co,image.size=4M,image.latency-ns=20000000",
+                         test_exec_quiesce_inflight);
     return g_test_run();
 }
