@@ -284,8 +284,8 @@ int main(int argc, char **argv)
     g_test_add_func("/block/exec/writethrough", test_exec_writethrough);
     g_test_add_func("/block/exec/werror-stop", test_exec_werror_stop);
     g_test_add_func("/block/exec/cancel-parked", test_exec_cancel_parked);
-    g_test_add_data_func("/block/exec/quiesce-inflight/null",
-                         "image.driver=null-co,image.size=4M", test_exec_quiesce_inflight);
+    g_test_add_data_func("/block/exec/quiesce-inflight/null", "image.driver=null-co,image.size=4M",
+                         test_exec_quiesce_inflight);
     g_test_add_data_func("/block/exec/quiesce-inflight/null-latency",
                          "image.driver=null-co,image.size=4M,image.latency-ns=20000000",
                          test_exec_quiesce_inflight);
