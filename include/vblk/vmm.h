@@ -168,5 +168,7 @@ int vm_exit_fd(Vm *vm);
 VmExitReason vm_exit_reason(Vm *vm);
 /* Context: any thread */
 void vm_get_stats(Vm *vm, VmStats *stats);
+/* A paused vCPU's RIP and RAX (tests, debugging). Context: main thread, vCPUs paused. */
+bool vm_get_vcpu_rip_rax(Vm *vm, unsigned id, uint64_t *rip, uint64_t *rax, GError **errp);
 
 #endif /* VBLK_VMM_H */

@@ -354,9 +354,11 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
     switch (run->exit_reason) {
     case KVM_EXIT_IO:
         vcpu_handle_io(vcpu);
+        vcpu->exit_pending = true;
         return true;
     case KVM_EXIT_MMIO:
         vcpu_handle_mmio(vcpu);
+        vcpu->exit_pending = true;
         return true;
     case KVM_EXIT_HLT:
     case KVM_EXIT_INTR:
@@ -393,12 +395,43 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
     }
 }
 
-/* Blocks while a pause or a reset is requested; returns false when the VM is stopping. */
-static bool vcpu_wait_runnable(Vm *vm)
+/*
+ * KVM finishes an IO or MMIO exit (stores an MMIO or port read's value, steps
+ * a string PIO, advances RIP) only on the next KVM_RUN. Before a vCPU parks
+ * for a pause or a reset, enter once more with immediate_exit set: KVM
+ * completes the instruction and returns -EINTR without running guest code
+ * (the KVM API's recipe, as QEMU does). Otherwise the completion of an old
+ * instruction would land on top of the state a reset restores, or be missing
+ * from the state a stopped VM shows. The completion may need another exit
+ * (an MMIO access split across pages); that one is handled and completed too.
+ */
+static void vcpu_complete_pending_exit(Vcpu *vcpu)
 {
+    _Atomic uint8_t *immediate_exit = (_Atomic uint8_t *)&vcpu->run->immediate_exit;
+
+    while (vcpu->exit_pending) {
+        vcpu->exit_pending = false;
+        atomic_store(immediate_exit, 1);
+        if (ioctl(vcpu->fd, KVM_RUN, 0) < 0) {
+            if (errno != EINTR && errno != EAGAIN) {
+                g_warning("vCPU %u: completing an I/O exit: %s", vcpu->id, g_strerror(errno));
+            }
+        } else if (!vcpu_handle_exit(vcpu)) {
+            break; /* only IO/MMIO can come back before the immediate exit */
+        }
+        atomic_store(immediate_exit, 0);
+    }
+}
+
+/* Blocks while a pause or a reset is requested; returns false when the VM is stopping. */
+static bool vcpu_wait_runnable(Vcpu *vcpu)
+{
+    Vm *vm = vcpu->vm;
+
     if (!atomic_load(&vm->pause_req) && !atomic_load(&vm->reset_req) && !atomic_load(&vm->stop)) {
         return true;
     }
+    vcpu_complete_pending_exit(vcpu);
     pthread_mutex_lock(&vm->run_lock);
     vm->paused_count++;
     pthread_cond_broadcast(&vm->run_cond);
@@ -424,8 +457,12 @@ static void *vcpu_thread(void *arg)
     sigaddset(&set, VCPU_KICK_SIGNAL);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 
-    while (vcpu_wait_runnable(vm)) {
-        if (ioctl(vcpu->fd, KVM_RUN, 0) < 0) {
+    while (vcpu_wait_runnable(vcpu)) {
+        int r = ioctl(vcpu->fd, KVM_RUN, 0);
+
+        /* Any entry completes the previous IO/MMIO exit, even one kicked out at once. */
+        vcpu->exit_pending = false;
+        if (r < 0) {
             if (errno == EINTR || errno == EAGAIN) {
                 /* Kicked: clear the flag, then re-check stop/pause at the loop top. */
                 atomic_store((_Atomic uint8_t *)&vcpu->run->immediate_exit, 0);
@@ -516,6 +553,19 @@ void vm_resume(Vm *vm)
 bool vm_is_running(Vm *vm)
 {
     return !atomic_load(&vm->pause_req) && !atomic_load(&vm->stop);
+}
+
+/* Context: main thread, vCPUs paused */
+bool vm_get_vcpu_rip_rax(Vm *vm, unsigned id, uint64_t *rip, uint64_t *rax, GError **errp)
+{
+    struct kvm_regs regs;
+
+    if (id >= vm->nvcpus || ioctl(vm->vcpus[id].fd, KVM_GET_REGS, &regs) < 0) {
+        return vcpu_errno(errp, id, "KVM_GET_REGS");
+    }
+    *rip = regs.rip;
+    *rax = regs.rax;
+    return true;
 }
 
 /* Context: main thread (vm_free) */

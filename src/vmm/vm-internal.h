@@ -21,6 +21,7 @@ typedef struct Vcpu {
     size_t run_size;
     pthread_t thread;
     bool thread_started;
+    bool exit_pending;  /* vCPU thread: an IO/MMIO exit KVM completes on the next KVM_RUN */
     VcpuSnapshot *snap; /* power-on state, for resets (vm-reset.c) */
 } Vcpu;
 
