@@ -242,6 +242,14 @@ static void vp_reset(VirtIOPCI *vp)
     vp->dfselect = vp->gfselect = 0;
     vp->guest_features = 0;
     vp->queue_select = 0;
+    /*
+     * Every vector loses its eventfd with the queue/config vectors going back
+     * to NO_VECTOR: a vector the next driver unmasks without assigning it must
+     * not be bound to an old queue's call fd.
+     */
+    for (unsigned v = 0; v <= vp->conf.num_queues; v++) {
+        msix_set_notifier(&vp->pci, v, -1);
+    }
     vp->config_vector = VIRTIO_MSI_NO_VECTOR;
     __atomic_store_n(&vp->isr, 0, __ATOMIC_SEQ_CST);
     for (unsigned i = 0; i < vp->conf.num_queues; i++) {
