@@ -80,7 +80,21 @@ typedef struct BootConfig {
     const char *kernel;  /* bzImage path */
     const char *initrd;  /* NULL for none */
     const char *cmdline; /* NULL for empty */
+    /*
+     * Optional: the files' contents as boot_read_images() read them; when set, the
+     * paths only name the images in messages. A reset boots what was read at startup,
+     * whatever happened to the files since (QEMU keeps them in memory too).
+     */
+    GBytes *kernel_image;
+    GBytes *initrd_image;
 } BootConfig;
+
+/*
+ * Context: main thread. Reads -kernel and -initrd (NULL: none) into memory for
+ * BootConfig.kernel_image/initrd_image. Errors name the option at fault.
+ */
+bool boot_read_images(const char *kernel, const char *initrd, GBytes **kernel_image,
+                      GBytes **initrd_image, GError **errp);
 
 /*
  * Context: main thread. Loads kernel, initrd and command line into guest RAM and builds

@@ -237,23 +237,91 @@ static bool boot_pread_all(int fd, void *buf, size_t len, const char *opt, const
 }
 
 static bool boot_load_initrd(const VmRamRegion *regions, size_t n, uint64_t ram_size,
-                             const BzImageInfo *info, const char *path, uint64_t *gpa,
+                             const BzImageInfo *info, const BootConfig *cfg, uint64_t *gpa,
                              uint64_t *size, GError **errp)
 {
     void *dst;
     int fd;
     bool ok;
 
-    if (!boot_read_file("-initrd", path, &fd, size, errp)) {
+    if (cfg->initrd_image) {
+        gsize len;
+        const void *data = g_bytes_get_data(cfg->initrd_image, &len);
+
+        *size = len;
+        if (!initrd_place(info, ram_size, *size, gpa, errp)) {
+            return false;
+        }
+        dst = boot_gpa(regions, n, *gpa, *size);
+        if (dst && len) {
+            memcpy(dst, data, len);
+        }
+        return dst != NULL;
+    }
+    if (!boot_read_file("-initrd", cfg->initrd, &fd, size, errp)) {
         return false;
     }
     ok = initrd_place(info, ram_size, *size, gpa, errp);
     if (ok) {
         dst = boot_gpa(regions, n, *gpa, *size);
-        ok = dst && boot_pread_all(fd, dst, *size, "-initrd", path, errp);
+        ok = dst && boot_pread_all(fd, dst, *size, "-initrd", cfg->initrd, errp);
     }
     close(fd);
     return ok;
+}
+
+static GBytes *boot_read_kernel(const char *path, GError **errp)
+{
+    GError *err = NULL;
+    gchar *data;
+    gsize len;
+
+    if (!g_file_get_contents(path, &data, &len, &err)) {
+        g_set_error(errp, VMM_ERROR, 0, "-kernel: %s", err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    return g_bytes_new_take(data, len);
+}
+
+/* Context: main thread */
+bool boot_read_images(const char *kernel, const char *initrd, GBytes **kernel_image,
+                      GBytes **initrd_image, GError **errp)
+{
+    uint64_t size;
+    void *buf;
+    int fd;
+
+    *kernel_image = *initrd_image = NULL;
+    *kernel_image = boot_read_kernel(kernel, errp);
+    if (!*kernel_image) {
+        return false;
+    }
+    if (!initrd) {
+        return true;
+    }
+    if (!boot_read_file("-initrd", initrd, &fd, &size, errp)) {
+        goto fail;
+    }
+    buf = g_try_malloc(size ? size : 1);
+    if (!buf) {
+        g_set_error(errp, VMM_ERROR, ENOMEM, "-initrd: '%s' is too large to keep in memory",
+                    initrd);
+        close(fd);
+        goto fail;
+    }
+    if (!boot_pread_all(fd, buf, size, "-initrd", initrd, errp)) {
+        g_free(buf);
+        close(fd);
+        goto fail;
+    }
+    close(fd);
+    *initrd_image = g_bytes_new_take(buf, size);
+    return true;
+
+fail:
+    g_clear_pointer(kernel_image, g_bytes_unref);
+    return false;
 }
 
 static bool boot_check_ram(const BzImageInfo *info, uint64_t ram_size, GError **errp)
@@ -291,26 +359,26 @@ static bool boot_write_cmdline(const VmRamRegion *regions, size_t n, const BzIma
 bool boot_load_linux(const VmRamRegion *regions, size_t n, uint64_t ram_size, const BootConfig *cfg,
                      uint64_t *entry, GError **errp)
 {
-    g_autofree uint8_t *image = NULL;
+    g_autoptr(GBytes) kernel =
+        cfg->kernel_image ? g_bytes_ref(cfg->kernel_image) : boot_read_kernel(cfg->kernel, errp);
+    const uint8_t *image;
     uint64_t initrd_gpa = 0, initrd_size = 0;
     struct boot_params *zp;
     BzImageInfo info;
-    GError *err = NULL;
     gsize len;
 
-    if (!g_file_get_contents(cfg->kernel, (gchar **)&image, &len, &err)) {
-        g_set_error(errp, VMM_ERROR, 0, "-kernel: %s", err->message);
-        g_error_free(err);
+    if (!kernel) {
         return false;
     }
+    image = g_bytes_get_data(kernel, &len);
     if (!bzimage_parse(image, len, &info, errp) || !boot_check_ram(&info, ram_size, errp) ||
         !boot_write_cmdline(regions, n, &info, cfg->cmdline, errp)) {
         return false;
     }
     memcpy(boot_gpa(regions, n, BOOT_KERNEL_ADDR, info.payload_size), image + info.setup_size,
            info.payload_size);
-    if (cfg->initrd && !boot_load_initrd(regions, n, ram_size, &info, cfg->initrd, &initrd_gpa,
-                                         &initrd_size, errp)) {
+    if ((cfg->initrd || cfg->initrd_image) &&
+        !boot_load_initrd(regions, n, ram_size, &info, cfg, &initrd_gpa, &initrd_size, errp)) {
         return false;
     }
     zp = boot_gpa(regions, n, BOOT_ZERO_PAGE, sizeof(*zp));

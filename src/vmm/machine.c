@@ -26,7 +26,9 @@ struct Machine {
     Console *console;
     LegacyPorts *ports;
     PciBus *pci;
-    GArray *cleanups; /* MachineCleanup */
+    GArray *cleanups;     /* MachineCleanup */
+    GBytes *kernel_image; /* -kernel and -initrd as read at startup: resets boot them again */
+    GBytes *initrd_image;
 };
 
 typedef struct DeviceModel {
@@ -203,7 +205,11 @@ static bool machine_write_mptable(Machine *m, GError **errp)
 static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
 {
     const VmmOptions *o = m->opts;
-    BootConfig boot = {.kernel = o->kernel, .initrd = o->initrd, .cmdline = o->append};
+    BootConfig boot = {.kernel = o->kernel,
+                       .initrd = o->initrd,
+                       .cmdline = o->append,
+                       .kernel_image = m->kernel_image,
+                       .initrd_image = m->initrd_image};
     size_t n;
     const VmRamRegion *r = vm_ram_regions(m->vm, &n);
 
@@ -212,9 +218,11 @@ static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
 
 static bool machine_boot(Machine *m, GError **errp)
 {
+    const VmmOptions *o = m->opts;
     uint64_t entry;
 
-    return machine_load(m, &entry, errp) && vm_create_vcpus(m->vm, errp) &&
+    return boot_read_images(o->kernel, o->initrd, &m->kernel_image, &m->initrd_image, errp) &&
+           machine_load(m, &entry, errp) && vm_create_vcpus(m->vm, errp) &&
            vm_setup_boot_cpu(m->vm, entry, BOOT_ZERO_PAGE, errp);
 }
 
@@ -280,6 +288,8 @@ static void machine_teardown(Machine *m)
     }
     legacy_ports_free(m->ports);
     vm_free(m->vm);
+    g_clear_pointer(&m->kernel_image, g_bytes_unref);
+    g_clear_pointer(&m->initrd_image, g_bytes_unref);
     g_array_free(m->cleanups, TRUE);
     if (m->main_src) {
         g_source_destroy(m->main_src);

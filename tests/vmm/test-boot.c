@@ -240,6 +240,31 @@ static void test_load_linux(void)
     g_assert_cmpuint(zp->hdr.ramdisk_size, ==, sizeof(initrd));
     g_assert_cmpmem(f.mem + zp->hdr.ramdisk_image, sizeof(initrd), initrd, sizeof(initrd));
 
+    /* Images read once (what a reset boots): the files are not needed any more. */
+    {
+        GBytes *kimg, *iimg;
+        BootConfig cached = cfg;
+
+        g_assert_true(boot_read_images(kpath, ipath, &kimg, &iimg, &err));
+        g_assert_no_error(err);
+        g_assert_true(g_file_set_contents(ipath, "other", 5, NULL));
+        g_assert_cmpint(g_unlink(kpath), ==, 0);
+        g_assert_false(boot_read_images(kpath, ipath, &(GBytes *){NULL}, &(GBytes *){NULL}, NULL));
+        cached.kernel_image = kimg;
+        cached.initrd_image = iimg;
+        memset(f.mem + BOOT_KERNEL_ADDR, 0, 0x1000);
+        memset(f.mem + zp->hdr.ramdisk_image, 0, sizeof(initrd));
+        g_assert_true(boot_load_linux(&f.r, 1, ram, &cached, &entry, &err));
+        g_assert_no_error(err);
+        g_assert_cmpmem(f.mem + BOOT_KERNEL_ADDR, 0x1000, img + 1024, 0x1000);
+        g_assert_cmpuint(zp->hdr.ramdisk_size, ==, sizeof(initrd));
+        g_assert_cmpmem(f.mem + zp->hdr.ramdisk_image, sizeof(initrd), initrd, sizeof(initrd));
+        g_bytes_unref(kimg);
+        g_bytes_unref(iimg);
+        g_assert_true(g_file_set_contents(kpath, (char *)img, len, NULL));
+        g_assert_true(g_file_set_contents(ipath, initrd, sizeof(initrd), NULL));
+    }
+
     /* Errors name the option. */
     cfg.cmdline = NULL;
     g_assert_true(boot_load_linux(&f.r, 1, ram, &cfg, &entry, NULL));
