@@ -97,6 +97,7 @@ typedef struct VmmOptions {
     bool start_paused; /* -S */
     bool no_reboot;
     bool nodefaults;
+    bool no_acpi; /* -no-acpi or -machine acpi=off: no ACPI tables, no PM1 device */
     bool help;
     bool version;
     GPtrArray *drives;    /* DriveOptions* */

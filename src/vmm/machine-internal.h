@@ -2,6 +2,7 @@
 #ifndef VBLK_MACHINE_INTERNAL_H
 #define VBLK_MACHINE_INTERNAL_H
 
+#include "vblk/acpi.h"
 #include "vblk/machine.h"
 
 /* Opens -chardev/-mon/-qmp monitors; with none, QMP is not started at all. */
@@ -14,5 +15,7 @@ int machine_main_loop(Machine *m, bool started_paused, bool have_qmp);
  * Context: main thread, BQL held, every vCPU paused
  */
 bool machine_reset_devices_and_boot(Machine *m, GError **errp);
+/* The power button system_powerdown presses; NULL with acpi=off. */
+void machine_qmp_set_acpi(AcpiPmDevice *acpi);
 
 #endif /* VBLK_MACHINE_INTERNAL_H */

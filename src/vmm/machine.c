@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vblk/acpi.h"
 #include "vblk/boot.h"
 #include "vblk/console.h"
 #include "machine-internal.h"
@@ -25,6 +26,7 @@ struct Machine {
     GSource *main_src;
     Console *console;
     LegacyPorts *ports;
+    AcpiPmDevice *acpi; /* NULL with -machine acpi=off / -no-acpi */
     PciBus *pci;
     GArray *cleanups;     /* MachineCleanup */
     GBytes *kernel_image; /* -kernel and -initrd as read at startup: resets boot them again */
@@ -201,7 +203,36 @@ static bool machine_write_mptable(Machine *m, GError **errp)
     return mptable_build(buf, mptable_size(&cfg), BOOT_MPTABLE_ADDR, &cfg, errp);
 }
 
-/* What firmware leaves in RAM: MP table, kernel, initrd, cmdline, zero page, GDT, page tables. */
+/* The ACPI tables at 0xE0000 (RSDP first); none with acpi=off. Rebuilt on every boot. */
+static bool machine_write_acpi(Machine *m, GError **errp)
+{
+    AcpiConfig cfg = {.ncpus = m->opts->smp, .ram_size = m->opts->ram_size};
+    g_autoptr(GByteArray) blob = NULL;
+    size_t n;
+    const VmRamRegion *r = vm_ram_regions(m->vm, &n);
+    uint8_t *buf;
+
+    if (!m->acpi) {
+        return true;
+    }
+    blob = acpi_build_tables(&cfg, ACPI_TABLES_ADDR, errp);
+    if (!blob) {
+        return false;
+    }
+    buf = boot_gpa(r, n, ACPI_TABLES_ADDR, ACPI_TABLES_END - ACPI_TABLES_ADDR);
+    if (!buf) {
+        g_set_error(errp, VMM_ERROR, 0, "-m: too little RAM for the ACPI tables below 1 MiB");
+        return false;
+    }
+    memset(buf, 0, ACPI_TABLES_END - ACPI_TABLES_ADDR);
+    memcpy(buf, blob->data, blob->len);
+    return true;
+}
+
+/*
+ * What firmware leaves in RAM: MP table, ACPI tables, kernel, initrd, cmdline, zero page, GDT,
+ * page tables.
+ */
 static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
 {
     const VmmOptions *o = m->opts;
@@ -213,7 +244,8 @@ static bool machine_load(Machine *m, uint64_t *entry, GError **errp)
     size_t n;
     const VmRamRegion *r = vm_ram_regions(m->vm, &n);
 
-    return machine_write_mptable(m, errp) && boot_load_linux(r, n, o->ram_size, &boot, entry, errp);
+    return machine_write_mptable(m, errp) && machine_write_acpi(m, errp) &&
+           boot_load_linux(r, n, o->ram_size, &boot, entry, errp);
 }
 
 static bool machine_boot(Machine *m, GError **errp)
@@ -234,6 +266,9 @@ bool machine_reset_devices_and_boot(Machine *m, GError **errp)
     /* Devices first: the virtio-blk device stops its path and drains its requests. */
     console_reset(m->console);
     legacy_ports_reset(m->ports);
+    if (m->acpi) {
+        acpi_pm_device_reset(m->acpi); /* SCI low, no pending press, SLP_TYP 0 */
+    }
     pci_bus_reset(m->pci);
     /* Then the boot images, then the CPUs and in-kernel chips as at power-on. */
     return machine_load(m, &entry, errp) && vm_reset_cpus(m->vm, errp) &&
@@ -257,11 +292,18 @@ static bool machine_build(Machine *m, GError **errp)
     if (!m->ports) {
         return false;
     }
+    if (!o->no_acpi) {
+        m->acpi = acpi_pm_device_new(m->vm, errp);
+        if (!m->acpi) {
+            return false;
+        }
+    }
     vm_lock(m->vm);
     m->pci = pci_bus_new(vm_pio_bus(m->vm), vm_mmio_bus(m->vm), &machine_pci_irq_ops, m->vm, errp);
     vm_unlock(m->vm);
     /* The QOM/command registry exists even without a monitor: devices register in it. */
     qmp_init(NULL);
+    machine_qmp_set_acpi(m->acpi);
     m->main_loop = event_loop_new(errp);
     if (!m->main_loop) {
         return false;
@@ -286,6 +328,8 @@ static void machine_teardown(Machine *m)
         pci_bus_free(m->pci);
         vm_unlock(m->vm);
     }
+    machine_qmp_set_acpi(NULL);
+    acpi_pm_device_free(m->acpi);
     legacy_ports_free(m->ports);
     vm_free(m->vm);
     g_clear_pointer(&m->kernel_image, g_bytes_unref);

@@ -41,6 +41,7 @@ static const char options_usage_text[] =
     "  -nographic              no display; serial on stdio (C-a x quits, C-a h help)\n"
     "  -qmp SPEC, -chardev ..., -mon ..., -monitor SPEC   monitor (stored for QMP)\n"
     "  -S                      do not start the vCPUs until told to\n"
+    "  -machine acpi=off, -no-acpi  no ACPI tables and no power button (MP table only)\n"
     "  -name NAME, -machine/-M pc|q35, -accel kvm, -enable-kvm, -cpu MODEL,\n"
     "  -display none, -vga none, -nodefaults, -no-reboot, -boot ..., -L DIR\n"
     "  -h, --help, --version\n"
@@ -97,8 +98,10 @@ static bool opt_flag(VmmOptions *o, const char *name, const char *arg, GError **
         o->help = true;
     } else if (!strcmp(name, "version")) {
         o->version = true;
+    } else if (!strcmp(name, "no-acpi")) {
+        o->no_acpi = true;
     }
-    /* -enable-kvm, -no-hpet, -no-acpi: KVM is the only accelerator; there is no ACPI/HPET. */
+    /* -enable-kvm, -no-hpet: KVM is the only accelerator; there is no HPET. */
     return true;
 }
 
@@ -249,7 +252,7 @@ static bool opt_accel_value(const char *name, const char *arg, const char *v, GE
 
 static bool opt_machine_type(const char *name, const char *arg, const char *t, GError **errp)
 {
-    /* Every PC flavour maps to vblk's one machine: i440fx-like, PCI bus 0, no ACPI. */
+    /* Every PC flavour maps to vblk's one machine: i440fx-like, PCI bus 0, ACPI unless off. */
     if (!strcmp(t, "pc") || !strcmp(t, "q35") || g_str_has_prefix(t, "pc-")) {
         return true;
     }
@@ -285,6 +288,13 @@ static bool opt_machine(VmmOptions *o, const char *name, const char *arg, GError
         }
         if (!strcmp(p->key, "kernel-irqchip")) {
             known = opts_parse_bool(p->value, &b) && b;
+        }
+        if (!strcmp(p->key, "acpi")) {
+            /* QEMU's OnOffAuto: auto and on both mean ACPI tables and the PM1 device. */
+            known = !strcmp(p->value, "auto") || opts_parse_bool(p->value, &b);
+            if (known) {
+                o->no_acpi = strcmp(p->value, "auto") && !b;
+            }
         }
         for (size_t k = 0; k < G_N_ELEMENTS(bools); k++) {
             known |= !strcmp(p->key, bools[k]) && opts_parse_bool(p->value, &b);
