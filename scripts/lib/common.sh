@@ -98,6 +98,7 @@ kernel_fetch() {
             './boot/vmlinuz-*' './boot/config-*' \
             './lib/modules/*/kernel/drivers/virtio/*' \
             './lib/modules/*/kernel/drivers/block/virtio_blk.ko' \
+            './lib/modules/*/kernel/drivers/acpi/button.ko' \
             './lib/modules/*/kernel/arch/x86/kvm/*' \
             './lib/modules/*/kernel/virt/lib/irqbypass.ko' \
             './lib/modules/*/kernel/drivers/crypto/ccp/ccp.ko' \
@@ -107,6 +108,18 @@ kernel_fetch() {
             || { rm -rf "$tmp"; vdie "unpacking $deb failed"; }
         rm -rf "$tmp"
         touch "$dir/.done2"
+    fi
+    # Added later (ACPI power button): fetched into an existing cache without redoing it.
+    if [ ! -f "$dir/.done-acpi" ]; then
+        vlog "fetching the ACPI button module of $pkg $ver"
+        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
+        chmod 755 "$tmp"
+        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
+            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
+        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
+            './lib/modules/*/kernel/drivers/acpi/button.ko' || { rm -rf "$tmp"; vdie "unpacking button.ko failed"; }
+        rm -rf "$tmp"
+        touch "$dir/.done-acpi"
     fi
     KDIR=$dir
     KVMLINUZ=$(ls "$dir"/boot/vmlinuz-* | head -1)

@@ -35,6 +35,12 @@ echo "VBLK-BOOT uptime=$up kernel=$(uname -r)"
 for m in $(cat /etc/vblk/modules); do
     insmod /lib/modules/vblk/$m.ko 2>/tmp/insmod.err || echo "VBLK-WARN insmod $m: $(cat /tmp/insmod.err)"
 done
+# The ACPI power button driver, only when the guest runs with ACPI (not acpi=off).
+if [ -e /sys/firmware/acpi/tables/DSDT ]; then
+    for m in $(cat /etc/vblk/modules-acpi 2>/dev/null); do
+        insmod /lib/modules/vblk/$m.ko 2>/tmp/insmod.err || echo "VBLK-WARN insmod $m: $(cat /tmp/insmod.err)"
+    done
+fi
 # virtio-blk devices (vendor 0x1af4, device 0x1001 legacy / 0x1042 modern): wait for their disks.
 want=0
 for d in /sys/bus/pci/devices/*; do

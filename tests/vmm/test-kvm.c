@@ -794,6 +794,114 @@ static void test_reset_kernel_gone(void)
     g_rmdir(dir);
 }
 
+/*
+ * Acts as an OS with an ACPI power button driver: enables PWRBTN_EN, polls PM1_STS until
+ * the button is pressed, acknowledges it (W1C) and enters S5 (SLP_TYP 5 | SLP_EN).
+ */
+static const uint8_t acpi_button_code[] = {
+    0x66, 0xba, 0x02, 0x06, /* mov dx, 0x602 (PM1_EN) */
+    0x66, 0xb8, 0x00, 0x01, /* mov ax, 0x100 (PWRBTN_EN) */
+    0x66, 0xef,             /* out dx, ax */
+    0x66, 0xba, 0x00, 0x06, /* mov dx, 0x600 (PM1_STS) */
+    0x66, 0xed,             /* 1: in ax, dx */
+    0xf6, 0xc4, 0x01,       /* test ah, 1 (PWRBTN_STS) */
+    0x74, 0xf9,             /* jz 1b */
+    0x66, 0xef,             /* out dx, ax (write 1 to clear) */
+    0x66, 0xba, 0x04, 0x06, /* mov dx, 0x604 (PM1_CNT) */
+    0x66, 0xb8, 0x01, 0x34, /* mov ax, SLP_EN | 5 << 10 | SCI_EN */
+    0x66, 0xef,             /* out dx, ax */
+    0xf4, 0xeb, 0xfd,       /* hlt; jmp hlt */
+};
+
+static void qmp_send_raw(int fd, const char *json)
+{
+    g_assert_cmpint(write(fd, json, strlen(json)), ==, (ssize_t)strlen(json));
+}
+
+/*
+ * system_powerdown end to end: POWERDOWN, the guest sees PWRBTN_STS and powers off
+ * through S5 (SHUTDOWN guest-shutdown, status 0). With -machine acpi=off the command
+ * still succeeds, x-query-acpi says nobody hears it, and quit ends vblk.
+ */
+static void run_powerdown(bool acpi)
+{
+    g_autofree char *dir = g_dir_make_tmp("vblk-acpi-XXXXXX", NULL);
+    g_autofree char *kernel = acpi ? write_bzimage(dir, "button", acpi_button_code,
+                                                   sizeof(acpi_button_code), "")
+                                   : write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
+    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
+    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
+    g_autofree char *out = NULL;
+    const char *bin = g_getenv("VBLK_BIN");
+    char *argv[] = {(char *)bin, "-m",       "32",    "-kernel", kernel,
+                    "-qmp",      qmp_arg,    "-serial", "null",    "-machine",
+                    acpi ? "pc" : "pc,acpi=off", NULL};
+    GPid pid;
+    int fd, status;
+
+    g_assert_true(g_spawn_async(NULL, argv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL |
+                                    G_SPAWN_STDERR_TO_DEV_NULL,
+                                NULL, NULL, &pid, NULL));
+    fd = qmp_connect(sock);
+    g_assert_cmpint(fd, >=, 0);
+    g_free(read_until(fd, "\n"));
+    qmp_send(fd, "qmp_capabilities");
+    g_free(read_until(fd, "\n"));
+    if (acpi) {
+        /* Wait until the guest has enabled the button: it listens from then on. */
+        for (int i = 0; i < 250; i++) {
+            qmp_send(fd, "x-query-acpi");
+            out = read_until(fd, "\n");
+            if (strstr(out, "\"power-button-enabled\": true")) {
+                break;
+            }
+            g_clear_pointer(&out, g_free);
+            g_usleep(20000);
+        }
+        g_assert_nonnull(out);
+        g_clear_pointer(&out, g_free);
+        qmp_send(fd, "system_powerdown");
+        out = read_until(fd, "guest-shutdown");
+        g_assert_nonnull(strstr(out, "\"POWERDOWN\""));
+        g_assert_nonnull(strstr(out, "\"return\": {}"));
+        g_assert_nonnull(strstr(out, "\"SHUTDOWN\""));
+        g_assert_nonnull(strstr(out, "\"guest\": true"));
+    } else {
+        qmp_send(fd, "system_powerdown");
+        out = read_until(fd, "\"return\"");
+        g_assert_nonnull(strstr(out, "\"POWERDOWN\""));
+        g_assert_null(strstr(out, "\"error\""));
+        g_clear_pointer(&out, g_free);
+        qmp_send(fd, "x-query-acpi");
+        out = read_until(fd, "\n");
+        g_assert_nonnull(strstr(out, "\"enabled\": false"));
+        g_clear_pointer(&out, g_free);
+        qmp_send_raw(fd, "{\"execute\": \"quit\"}\n");
+        out = read_until(fd, "host-qmp-quit");
+    }
+    close(fd);
+    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+    g_unlink(kernel);
+    g_unlink(sock);
+    g_rmdir(dir);
+}
+
+static void test_acpi_powerdown(void)
+{
+    if (!g_getenv("VBLK_BIN")) {
+        g_test_skip("VBLK_BIN not set");
+        return;
+    }
+    if (!kvm_usable()) {
+        return;
+    }
+    run_powerdown(true);
+    run_powerdown(false);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -808,5 +916,6 @@ int main(int argc, char **argv)
     g_test_add_data_func("/vmm/kvm/reset-pio-pending", pio_loop_code, test_reset_io_pending);
     g_test_add_func("/vmm/kvm/reset-no-reboot", test_reset_no_reboot);
     g_test_add_func("/vmm/kvm/reset-kernel-gone", test_reset_kernel_gone);
+    g_test_add_func("/vmm/kvm/acpi-powerdown", test_acpi_powerdown);
     return g_test_run();
 }

@@ -123,6 +123,23 @@ static void test_machine_options(void)
     o = parse_ok("-m 3001k"); /* rounded up to 4 KiB */
     g_assert_cmpuint(o->ram_size % 4096, ==, 0);
     options_free(o);
+    /* ACPI: on by default; -no-acpi and -machine acpi=off turn it off, auto/on keep it. */
+    o = parse_ok("-kernel k");
+    g_assert_false(o->no_acpi);
+    options_free(o);
+    o = parse_ok("-kernel k -no-acpi");
+    g_assert_true(o->no_acpi);
+    options_free(o);
+    o = parse_ok("-kernel k -machine pc,acpi=off");
+    g_assert_true(o->no_acpi);
+    options_free(o);
+    o = parse_ok("-kernel k -machine acpi=auto");
+    g_assert_false(o->no_acpi);
+    options_free(o);
+    o = parse_ok("-kernel k -no-acpi -M q35,acpi=on");
+    g_assert_false(o->no_acpi);
+    options_free(o);
+    parse_bad("-kernel k -machine acpi=maybe", "acpi=maybe");
 }
 
 static void test_serial_options(void)
