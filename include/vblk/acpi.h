@@ -30,13 +30,14 @@
 #define ACPI_S5_SLP_TYP  5 /* \_S5 = {5, 5}: any 3-bit value; 0 would be too easy to hit */
 
 /* PM1 status/enable bits (ACPI 6.5 4.8.3.1) that this machine has. */
-#define ACPI_PM1_TMR      (1u << 0)
-#define ACPI_PM1_GBL      (1u << 5)
-#define ACPI_PM1_PWRBTN   (1u << 8)
-#define ACPI_PM1_SLPBTN   (1u << 9)
-#define ACPI_PM1_RTC      (1u << 10)
-#define ACPI_PM1_WAK      (1u << 15)
-#define ACPI_PM1_EN_MASK  (ACPI_PM1_TMR | ACPI_PM1_GBL | ACPI_PM1_PWRBTN | ACPI_PM1_SLPBTN | ACPI_PM1_RTC)
+#define ACPI_PM1_TMR    (1u << 0)
+#define ACPI_PM1_GBL    (1u << 5)
+#define ACPI_PM1_PWRBTN (1u << 8)
+#define ACPI_PM1_SLPBTN (1u << 9)
+#define ACPI_PM1_RTC    (1u << 10)
+#define ACPI_PM1_WAK    (1u << 15)
+#define ACPI_PM1_EN_MASK                                                                           \
+    (ACPI_PM1_TMR | ACPI_PM1_GBL | ACPI_PM1_PWRBTN | ACPI_PM1_SLPBTN | ACPI_PM1_RTC)
 /* PM1 control bits (4.8.3.2). */
 #define ACPI_PM1_CNT_SCI_EN    (1u << 0)
 #define ACPI_PM1_CNT_BM_RLD    (1u << 1)

@@ -30,8 +30,7 @@ static void acpi_pm_update_sci(AcpiPm *pm)
 }
 
 /* Context: any thread */
-void acpi_pm_init(AcpiPm *pm, void (*set_sci)(void *, bool), void (*poweroff)(void *),
-                  void *opaque)
+void acpi_pm_init(AcpiPm *pm, void (*set_sci)(void *, bool), void (*poweroff)(void *), void *opaque)
 {
     memset(pm, 0, sizeof(*pm));
     pm->set_sci = set_sci;

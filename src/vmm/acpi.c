@@ -56,8 +56,8 @@
 #define FADT_F_FIX_RTC       (1u << 6) /* no RTC wake status in PM1 */
 #define FADT_F_RESET_REG_SUP (1u << 10)
 /* IAPC_BOOT_ARCH (table 5.11): legacy devices (COM1, CMOS), an i8042, no VGA. */
-#define BOOT_ARCH_LEGACY_DEVICES (1u << 0)
-#define BOOT_ARCH_8042           (1u << 1)
+#define BOOT_ARCH_LEGACY_DEVICES  (1u << 0)
+#define BOOT_ARCH_8042            (1u << 1)
 #define BOOT_ARCH_VGA_NOT_PRESENT (1u << 2)
 
 #define GAS_LEN       12
@@ -65,19 +65,19 @@
 #define GAS_BYTE      1
 #define GAS_WORD      2
 
-#define RESET_PORT  0xcf9 /* pci.c: bit 2 resets */
-#define RESET_VALUE 0x06
+#define RESET_PORT   0xcf9 /* pci.c: bit 2 resets */
+#define RESET_VALUE  0x06
 #define CMOS_CENTURY 0x32
 
 /* MADT (5.2.12). */
-#define MADT_PCAT_COMPAT    1
-#define MADT_LAPIC          0
-#define MADT_IOAPIC         1
-#define MADT_INT_OVERRIDE   2
-#define MADT_LAPIC_NMI      4
-#define MADT_ENABLED        1
-#define MPS_ACTIVE_HIGH     0x1
-#define MPS_LEVEL           0xc
+#define MADT_PCAT_COMPAT  1
+#define MADT_LAPIC        0
+#define MADT_IOAPIC       1
+#define MADT_INT_OVERRIDE 2
+#define MADT_LAPIC_NMI    4
+#define MADT_ENABLED      1
+#define MPS_ACTIVE_HIGH   0x1
+#define MPS_LEVEL         0xc
 
 /* The conf1 ports and the PCI windows of _CRS. */
 #define PCI_CONF1_PORT 0xcf8

@@ -123,8 +123,8 @@ void aml_string(GByteArray *b, const char *s)
 uint32_t aml_eisaid(const char *id)
 {
     /* Three letters of 5 bits each (A = 1), then four hex digits; stored big-endian. */
-    uint16_t vendor = ((id[0] - '@') & 0x1f) << 10 | ((id[1] - '@') & 0x1f) << 5 |
-                      ((id[2] - '@') & 0x1f);
+    uint16_t vendor =
+        ((id[0] - '@') & 0x1f) << 10 | ((id[1] - '@') & 0x1f) << 5 | ((id[2] - '@') & 0x1f);
     uint16_t product = (uint16_t)strtoul(id + 3, NULL, 16);
 
     return (uint32_t)(vendor >> 8) | (uint32_t)(vendor & 0xff) << 8 |

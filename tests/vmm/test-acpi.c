@@ -225,12 +225,12 @@ static void check_tables(unsigned ncpus, uint64_t ram)
     g_assert_cmpuint(le(fadt + 80, 4), ==, 0); /* no GPE0 */
     g_assert_cmpuint(fadt[88], ==, 4);
     g_assert_cmpuint(fadt[89], ==, 2);
-    g_assert_cmphex(le(fadt + 109, 2), ==, 0x7); /* legacy devices, 8042, no VGA */
+    g_assert_cmphex(le(fadt + 109, 2), ==, 0x7);            /* legacy devices, 8042, no VGA */
     g_assert_cmphex(le(fadt + 112, 4) & (1u << 4), ==, 0);  /* fixed power button */
     g_assert_cmphex(le(fadt + 112, 4) & (1u << 5), !=, 0);  /* no fixed sleep button */
     g_assert_cmphex(le(fadt + 112, 4) & (1u << 20), ==, 0); /* not hardware-reduced */
     g_assert_cmphex(le(fadt + 112, 4) & (1u << 10), !=, 0); /* RESET_REG_SUP */
-    g_assert_cmpuint(fadt[116], ==, 1);                    /* RESET_REG in I/O space */
+    g_assert_cmpuint(fadt[116], ==, 1);                     /* RESET_REG in I/O space */
     g_assert_cmphex(le(fadt + 120, 8), ==, 0xcf9);
     g_assert_cmpuint(fadt[128], ==, 6);
     /* X_PM1a blocks: I/O, bit widths matching the 32-bit lengths. */

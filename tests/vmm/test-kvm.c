@@ -826,16 +826,25 @@ static void qmp_send_raw(int fd, const char *json)
 static void run_powerdown(bool acpi)
 {
     g_autofree char *dir = g_dir_make_tmp("vblk-acpi-XXXXXX", NULL);
-    g_autofree char *kernel = acpi ? write_bzimage(dir, "button", acpi_button_code,
-                                                   sizeof(acpi_button_code), "")
-                                   : write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
+    g_autofree char *kernel =
+        acpi ? write_bzimage(dir, "button", acpi_button_code, sizeof(acpi_button_code), "")
+             : write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
     g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
     g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
     g_autofree char *out = NULL;
     const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",       "32",    "-kernel", kernel,
-                    "-qmp",      qmp_arg,    "-serial", "null",    "-machine",
-                    acpi ? "pc" : "pc,acpi=off", NULL};
+    char *argv[] = {(char *)bin,
+                    "-m",
+                    "32",
+                    "-kernel",
+                    kernel,
+                    "-qmp",
+                    qmp_arg,
+                    "-serial",
+                    "null",
+                    "-machine",
+                    acpi ? "pc" : "pc,acpi=off",
+                    NULL};
     GPid pid;
     int fd, status;
 
