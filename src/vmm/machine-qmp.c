@@ -173,15 +173,10 @@ static JsonNode *machine_qmp_query_acpi(QmpRequest *req, JsonObject *args, GErro
     return n;
 }
 
-/* Context: main thread, after qmp_init() */
+/* Context: main thread */
 void machine_qmp_set_acpi(AcpiPmDevice *acpi)
 {
-    static const QmpArgSpec none[] = {QMP_ARGS_END};
-
     machine_acpi = acpi;
-    if (!qmp_command_exists("x-query-acpi")) {
-        qmp_register_command("x-query-acpi", machine_qmp_query_acpi, none, 0, NULL);
-    }
 }
 
 /*
@@ -269,6 +264,11 @@ bool machine_monitors_open(Machine *m, const VmmOptions *o, bool *have_qmp, GErr
     hooks.opaque = vm;
     qmp_machine = m;
     qmp_machine_set_hooks(&hooks);
+    if (!qmp_command_exists("x-query-acpi")) {
+        static const QmpArgSpec none[] = {QMP_ARGS_END};
+
+        qmp_register_command("x-query-acpi", machine_qmp_query_acpi, none, 0, NULL);
+    }
     for (guint i = 0; i < o->raw->len; i++) {
         if (!machine_open_one(o->raw->pdata[i], errp)) {
             qmp_cleanup();

@@ -298,12 +298,12 @@ static bool machine_build(Machine *m, GError **errp)
             return false;
         }
     }
+    machine_qmp_set_acpi(m->acpi);
     vm_lock(m->vm);
     m->pci = pci_bus_new(vm_pio_bus(m->vm), vm_mmio_bus(m->vm), &machine_pci_irq_ops, m->vm, errp);
     vm_unlock(m->vm);
     /* The QOM/command registry exists even without a monitor: devices register in it. */
     qmp_init(NULL);
-    machine_qmp_set_acpi(m->acpi);
     m->main_loop = event_loop_new(errp);
     if (!m->main_loop) {
         return false;
