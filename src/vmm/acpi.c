@@ -269,7 +269,7 @@ static size_t build_fadt(GByteArray *b, uint64_t gpa, size_t facs, size_t dsdt)
     set_gas(b, off + FADT_RESET_REG, 8, GAS_BYTE, RESET_PORT);
     b->data[off + FADT_RESET_VALUE] = RESET_VALUE;
     b->data[off + FADT_MINOR_VERSION] = FADT_MINOR;
-    set_le(b, off + FADT_X_FIRMWARE_CTRL, gpa + facs, 8);
+    /* X_FIRMWARE_CTRL stays 0: the spec wants one of the two, and Linux lists both. */
     set_le(b, off + FADT_X_DSDT, gpa + dsdt, 8);
     set_gas(b, off + FADT_X_PM1A_EVT_BLK, ACPI_PM1_EVT_LEN * 8, GAS_WORD, ACPI_PM1_EVT);
     set_gas(b, off + FADT_X_PM1A_CNT_BLK, ACPI_PM1_CNT_LEN * 8, GAS_WORD, ACPI_PM1_CNT);
