@@ -41,4 +41,41 @@ typedef struct BlockAcctStats {
     BlockAcctHistogram hist[BLOCK_ACCT__MAX];
 } BlockAcctStats;
 
+/*
+ * Counters of one request path that is not the BlockBackend's own (the
+ * dataplane: one shard per virtqueue, written by the iothread that owns the
+ * queue). Single writer, relaxed atomic stores; any thread may read them with
+ * block_acct_shard_sum() while they are written (each counter is exact, the
+ * counters may be a request apart from each other). No lock, no allocation.
+ * The BlockBackend sums its shards into blk_get_stats() and folds them into
+ * its own counters when they are detached, so no total ever goes backwards.
+ */
+typedef struct BlockAcctShard {
+    uint64_t ops[BLOCK_ACCT__MAX];
+    uint64_t bytes[BLOCK_ACCT__MAX];
+    uint64_t time_ns[BLOCK_ACCT__MAX];
+    uint64_t failed[BLOCK_ACCT__MAX];
+    uint64_t invalid[BLOCK_ACCT__MAX];
+    int64_t last_access_ns; /* -1: never */
+    /* Histogram bounds: copied in while no writer runs, read-only after. */
+    unsigned nbounds[BLOCK_ACCT__MAX];
+    uint64_t bounds[BLOCK_ACCT__MAX][BLOCK_ACCT_HIST_MAX_BOUNDS];
+    uint64_t bins[BLOCK_ACCT__MAX][BLOCK_ACCT_HIST_MAX_BOUNDS + 1];
+} BlockAcctShard;
+
+/* Zero @sh and take the histogram bounds of @layout. Context: no writer running */
+void block_acct_shard_init(BlockAcctShard *sh, const BlockAcctStats *layout);
+/* A completed request: @failed counts only as failed (as the block layer). */
+/* Context: the shard's writer thread (hot path) */
+void block_acct_shard_done(BlockAcctShard *sh, BlockAcctType t, uint64_t bytes, uint64_t lat_ns,
+                           bool failed, int64_t now);
+/* A request refused as invalid before any I/O. Context: the shard's writer thread */
+void block_acct_shard_invalid(BlockAcctShard *sh, BlockAcctType t, int64_t now);
+/*
+ * Add @sh into @st; *@last_access becomes the later of the two. Histogram
+ * bins are added only where the bounds are the same as @st's.
+ * Context: any thread
+ */
+void block_acct_shard_sum(const BlockAcctShard *sh, BlockAcctStats *st, int64_t *last_access);
+
 #endif /* VBLK_BLOCK_ACCT_H */

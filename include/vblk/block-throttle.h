@@ -50,4 +50,25 @@ bool throttle_limits_validate(const ThrottleLimits *l, GError **errp);
 bool throttle_limits_set_option(ThrottleLimits *l, const char *key, const char *value, bool *known,
                                 GError **errp);
 
+/*
+ * The bucket state (throttle.c): pure arithmetic, no lock, no allocation.
+ * One owner thread uses a ThrottleState at a time: the block layer's loop for
+ * x-data-plane=off, the dataplane's iothread for x-data-plane=on. It moves
+ * between them (levels included) with the queues at every path switch, so a
+ * switch gives no free tokens.
+ */
+typedef struct ThrottleState {
+    ThrottleLimits limits;
+    double level[THROTTLE_BUCKET__MAX];
+    double burst_level[THROTTLE_BUCKET__MAX];
+    int64_t last_leak_ns;
+} ThrottleState;
+
+/* New limits, empty buckets (QEMU's throttle_config()). Context: owner thread */
+void throttle_state_config(ThrottleState *ts, const ThrottleLimits *l, int64_t now);
+/* ns to wait before a request of this direction may go (0 = now). Context: owner thread */
+int64_t throttle_wait_ns(ThrottleState *ts, bool is_write, int64_t now);
+/* Charge a dispatched request of @bytes. Context: owner thread */
+void throttle_account(ThrottleState *ts, bool is_write, uint64_t bytes);
+
 #endif /* VBLK_BLOCK_THROTTLE_H */

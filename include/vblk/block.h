@@ -206,10 +206,32 @@ bool blk_set_io_limits(BlockBackend *blk, const ThrottleLimits *limits, GError *
 void blk_get_io_limits(BlockBackend *blk, ThrottleLimits *limits);
 /* Requests waiting in the throttle queues. */
 unsigned blk_throttled_count(BlockBackend *blk);
+/*
+ * The bucket state, levels included: handed to the dataplane when it takes
+ * the queues and taken back when it gives them up (dp-switch.c), so that the
+ * drive has one throttle whatever path runs. set requires empty throttle
+ * queues (after blk_drain()).
+ * Context: loop thread
+ */
+void blk_get_throttle_state(BlockBackend *blk, ThrottleState *ts);
+void blk_set_throttle_state(BlockBackend *blk, const ThrottleState *ts);
 
 /* ---- accounting ---- */
 
+/* Own counters plus the attached shards (the dataplane's). Context: loop thread */
 void blk_get_stats(BlockBackend *blk, BlockAcctStats *stats);
+/* A guest request refused before I/O (QEMU's block_acct_invalid). Context: loop thread */
+void blk_account_invalid(BlockBackend *blk, BlockAcctType type);
+/*
+ * Count another path's I/O as this drive's: @shards (borrowed, @n of them)
+ * are initialised with this backend's histogram bounds and summed by
+ * blk_get_stats() from now on. Detach folds them into the backend's own
+ * counters (and happens on attach of another set). Their writer must not run
+ * during either call.
+ * Context: loop thread
+ */
+void blk_acct_attach_shards(BlockBackend *blk, BlockAcctShard *shards, unsigned n);
+void blk_acct_detach_shards(BlockBackend *blk);
 /* Histogram boundaries (ns, ascending, <= BLOCK_ACCT_HIST_MAX_BOUNDS); NULL/0 resets. */
 bool blk_set_latency_histogram(BlockBackend *blk, BlockAcctType type, const uint64_t *bounds,
                                unsigned n, GError **errp);

@@ -30,6 +30,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vblk/block-acct.h"
+#include "vblk/block-throttle.h"
 #include "vblk/event.h"
 #include "vblk/ioq.h"
 #include "vblk/virtio-blk.h"
@@ -67,6 +69,7 @@ typedef struct DataPlaneQueueStats {
     uint64_t irqs;            /* guest notifier writes */
     uint64_t irqs_suppressed; /* completion batches with no interrupt needed */
     uint64_t inflight;        /* handed to the IOQ, not completed */
+    uint64_t throttle_waits;  /* times the queue stopped for the throttle timer */
     uint64_t cycles_pop;      /* pop + parse + enqueue */
     uint64_t cycles_submit;   /* ioq_submit (the syscall) */
     uint64_t cycles_complete; /* reaping completions + status/used writes */
@@ -104,5 +107,29 @@ bool dataplane_is_started(DataPlane *dp);
 void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats *st);
 /* Context: any thread. The IOQ's counters (bounces, retries, batches). */
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
+
+/*
+ * Accounting: one shard per queue (@n = num_queues), written by the iothread,
+ * for blk_acct_attach_shards() (query-blockstats). Each request is counted
+ * once at completion (a writethrough write with its flush as one write);
+ * requests the engine refused (range, alignment) and IOQ refusals count as
+ * invalid, I/O errors as failed. Without a histogram until attached.
+ * Context: control thread
+ */
+BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n);
+/* The shards summed (standalone use, tests). Context: control thread */
+void dataplane_get_acct(DataPlane *dp, BlockAcctStats *st);
+
+/*
+ * Throttling: the drive's bucket state, levels included (block-throttle.h).
+ * Set replaces limits and levels and re-times throttled queues at once; on a
+ * started dataplane both run inside the iothread (synchronously). Reads,
+ * writes, write-zeroes and discards are throttled, flushes are not. A
+ * throttled queue is not popped until a timer in the iothread's loop says
+ * the buckets have room; its request stays in the avail ring meanwhile.
+ * Context: control thread (not the iothread)
+ */
+void dataplane_set_throttle_state(DataPlane *dp, const ThrottleState *ts);
+void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts);
 
 #endif /* VBLK_DATAPLANE_H */

@@ -14,6 +14,11 @@
  * index), attach the other path and make one pass over every queue (the
  * "kick once" that picks up requests queued during the switch).
  *
+ * One drive, one throttle, one set of counters: the dataplane's accounting
+ * shards are attached to the BlockBackend (query-blockstats sums both and
+ * keeps the dataplane's totals when the DpSwitch is freed), and the
+ * throttle's bucket state moves with the queues at every switch.
+ *
  * Context: every function runs in the main loop thread with the BQL held
  * (the thread that owns @main_loop and the BlockBackend).
  */
@@ -61,6 +66,13 @@ bool dp_switch_start(DpSwitch *sw, bool dataplane, const DataPlaneQueue *queues,
 void dp_switch_stop(DpSwitch *sw);
 /* Move a started device to the other path (no-op if already there). Context: main loop, BQL */
 bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp);
+/*
+ * block_set_io_throttle for the drive, whatever path runs: validated and set
+ * on the BlockBackend, and on the running dataplane too. The limits stay in
+ * force across switches (the bucket levels move with the queues).
+ * Context: main loop, BQL
+ */
+bool dp_switch_set_io_limits(DpSwitch *sw, const ThrottleLimits *limits, GError **errp);
 /* Context: any thread */
 bool dp_switch_is_dataplane(DpSwitch *sw);
 /* Context: any thread */

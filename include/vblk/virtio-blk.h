@@ -154,6 +154,20 @@ typedef struct VirtIOBlkExecOps {
     void (*submit)(void *opaque, VirtIOBlkReq *req);
     /* End of one handle_queue pass: submit what was queued (may be NULL). */
     void (*batch_end)(void *opaque);
+    /*
+     * Optional, before submit(): false defers @req (throttling). The engine
+     * un-pops it (it stays in the avail ring, and is parsed again next
+     * time), ends the pass with guest notifications left disabled, and
+     * virtio_blk_queue_pending() says false until the next handle_queue.
+     * The executor must call virtio_blk_handle_queue() again later.
+     */
+    bool (*admit)(void *opaque, const VirtIOBlkReq *req);
+    /*
+     * Optional: a READ/WRITE/DISCARD/WRITE_ZEROES request failed validation
+     * (range, alignment, size) and was completed with IOERR inline. For
+     * QEMU's invalid_*_operations; @op is the operation it asked for.
+     */
+    void (*invalid)(void *opaque, VirtIOBlkOp op);
 } VirtIOBlkExecOps;
 
 /*

@@ -93,10 +93,49 @@ void blk_acct_invalid(BlockBackend *blk, BlockOp op)
 }
 
 /* Context: loop thread */
+void blk_account_invalid(BlockBackend *blk, BlockAcctType type)
+{
+    uint64_t *inv[] = {&blk->stats.invalid_rd_operations, &blk->stats.invalid_wr_operations,
+                       &blk->stats.invalid_flush_operations, &blk->stats.invalid_unmap_operations};
+
+    if (type < BLOCK_ACCT__MAX) {
+        (*inv[type])++;
+        blk->last_access_ns = event_clock_ns();
+    }
+}
+
+/* Context: loop thread */
 void blk_get_stats(BlockBackend *blk, BlockAcctStats *stats)
 {
+    int64_t last = blk->last_access_ns;
+
     *stats = blk->stats;
-    stats->idle_time_ns = blk->last_access_ns < 0 ? -1 : event_clock_ns() - blk->last_access_ns;
+    for (unsigned i = 0; i < blk->nshards; i++) {
+        block_acct_shard_sum(&blk->shards[i], stats, &last);
+    }
+    stats->idle_time_ns = last < 0 ? -1 : MAX(event_clock_ns() - last, 0);
+}
+
+/* Context: loop thread; the shards' writer is not running */
+void blk_acct_attach_shards(BlockBackend *blk, BlockAcctShard *shards, unsigned n)
+{
+    blk_acct_detach_shards(blk);
+    for (unsigned i = 0; i < n; i++) {
+        block_acct_shard_init(&shards[i], &blk->stats);
+    }
+    blk->shards = shards;
+    blk->nshards = n;
+}
+
+/* Context: loop thread; the shards' writer is not running */
+void blk_acct_detach_shards(BlockBackend *blk)
+{
+    /* Fold them in: the totals of query-blockstats never go backwards. */
+    for (unsigned i = 0; i < blk->nshards; i++) {
+        block_acct_shard_sum(&blk->shards[i], &blk->stats, &blk->last_access_ns);
+    }
+    blk->shards = NULL;
+    blk->nshards = 0;
 }
 
 /* Context: loop thread */

@@ -9,13 +9,6 @@
 
 #include "block-int.h"
 
-typedef struct ThrottleState {
-    ThrottleLimits limits;
-    double level[THROTTLE_BUCKET__MAX];
-    double burst_level[THROTTLE_BUCKET__MAX];
-    int64_t last_leak_ns;
-} ThrottleState;
-
 typedef struct BlkReq {
     BlockBackend *blk;
     BlockNodeReq nreq;
@@ -53,6 +46,8 @@ struct BlockBackend {
 
     ThrottleState ts;
     bool throttling;
+    BlockAcctShard *shards; /* another path's counters (the dataplane's), summed by get_stats */
+    unsigned nshards;
     GQueue tq[2]; /* throttled BlkReq*: [0] reads, [1] writes */
     EventTimer *ttimer[2];
 };
@@ -82,11 +77,5 @@ bool blk_throttle_intercept(BlkReq *req);
 void blk_throttle_release_all(BlockBackend *blk);
 void blk_throttle_attach(BlockBackend *blk);
 void blk_throttle_detach(BlockBackend *blk);
-
-/* throttle.c: the bucket math */
-void throttle_state_config(ThrottleState *ts, const ThrottleLimits *l, int64_t now);
-/* ns to wait before a request of this direction may go (0 = now). */
-int64_t throttle_wait_ns(ThrottleState *ts, bool is_write, int64_t now);
-void throttle_account(ThrottleState *ts, bool is_write, uint64_t bytes);
 
 #endif /* VBLK_BLOCK_BACKEND_INT_H */

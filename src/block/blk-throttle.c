@@ -143,6 +143,19 @@ bool blk_set_io_limits(BlockBackend *blk, const ThrottleLimits *limits, GError *
 }
 
 /* Context: loop thread */
+void blk_get_throttle_state(BlockBackend *blk, ThrottleState *ts)
+{
+    *ts = blk->ts;
+}
+
+/* Context: loop thread; the throttle queues are empty (drained) */
+void blk_set_throttle_state(BlockBackend *blk, const ThrottleState *ts)
+{
+    blk->ts = *ts;
+    blk->throttling = throttle_limits_enabled(&ts->limits);
+}
+
+/* Context: loop thread */
 void blk_get_io_limits(BlockBackend *blk, ThrottleLimits *limits)
 {
     *limits = blk->ts.limits;

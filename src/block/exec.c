@@ -83,9 +83,20 @@ static void exec_submit(void *opaque, VirtIOBlkReq *req)
     }
 }
 
+/* Guest requests the engine refused (range, alignment): QEMU's block_acct_invalid(). */
+static void exec_invalid(void *opaque, VirtIOBlkOp op)
+{
+    BlkExec *e = opaque;
+
+    blk_account_invalid(e->blk, op == VIRTIO_BLK_OP_READ      ? BLOCK_ACCT_READ
+                                : op == VIRTIO_BLK_OP_DISCARD ? BLOCK_ACCT_UNMAP
+                                                              : BLOCK_ACCT_WRITE);
+}
+
 static const VirtIOBlkExecOps exec_ops = {
     .submit = exec_submit,
     .batch_end = NULL,
+    .invalid = exec_invalid,
 };
 
 /* Context: main loop */

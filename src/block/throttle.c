@@ -12,10 +12,12 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "backend-int.h"
+#include "vblk/block.h"
 
 static const char *const bucket_names[THROTTLE_BUCKET__MAX] = {
     [THROTTLE_BPS_TOTAL] = "bps-total", [THROTTLE_BPS_READ] = "bps-read",
@@ -154,7 +156,7 @@ bool throttle_limits_set_option(ThrottleLimits *l, const char *key, const char *
 
 /* ---- state ---- */
 
-/* Context: loop thread */
+/* Context: owner thread */
 void throttle_state_config(ThrottleState *ts, const ThrottleLimits *l, int64_t now)
 {
     memset(ts, 0, sizeof(*ts));
@@ -209,7 +211,7 @@ static void direction_buckets(bool is_write, int out[4])
     out[3] = is_write ? THROTTLE_OPS_WRITE : THROTTLE_OPS_READ;
 }
 
-/* Context: loop thread */
+/* Context: owner thread */
 int64_t throttle_wait_ns(ThrottleState *ts, bool is_write, int64_t now)
 {
     int idx[4];
@@ -223,7 +225,7 @@ int64_t throttle_wait_ns(ThrottleState *ts, bool is_write, int64_t now)
     return wait > 0 ? (int64_t)ceil(wait * 1e9) : 0;
 }
 
-/* Context: loop thread */
+/* Context: owner thread */
 void throttle_account(ThrottleState *ts, bool is_write, uint64_t bytes)
 {
     int idx[4];

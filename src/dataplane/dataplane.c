@@ -12,6 +12,13 @@
  *       -> dp_complete() per request (virtio_blk_req_complete) -> one used-idx
  *       publish and at most one irqfd write per queue per batch
  *
+ * Throttling (the drive's block_set_io_throttle limits, shared with the block
+ * layer through a ThrottleState that moves with the queues): the engine asks
+ * dp_admit() before each submit; when the buckets say wait, the request goes
+ * back into the avail ring, the queue stops being popped and a timer in this
+ * loop resumes it. Accounting (query-blockstats): one BlockAcctShard per
+ * queue, written by this thread only, summed by the BlockBackend's reader.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <errno.h>
@@ -31,7 +38,11 @@ typedef struct DPQueue {
     int host_fd;
     int guest_fd;
     uint8_t *isr;
-    IOQReq *ioreqs; /* one per request slot, indexed by VirtIOBlkReq.idx */
+    IOQReq *ioreqs;    /* one per request slot, indexed by VirtIOBlkReq.idx */
+    int64_t *start_ns; /* per slot: when it was submitted (latency accounting) */
+    BlockAcctShard *acct;
+    EventTimer *ttimer; /* throttled: resumes popping (iothread's loop) */
+    bool throttled;     /* iothread: waiting for ttimer, not popping */
     DataPlaneQueueStats st;
 } DPQueue;
 
@@ -45,6 +56,10 @@ struct DataPlane {
     bool started;           /* written by the control thread, read anywhere */
     uint64_t touched;       /* iothread: queues with pushed, unpublished completions */
     uint64_t submit_cycles; /* iothread: cycles spent in batch_end this pass */
+    int64_t now_ns;         /* iothread: clock at the start of this pass */
+    ThrottleState ts;       /* iothread while started, else the control thread */
+    bool throttling;        /* any limit set (same owner as ts) */
+    BlockAcctShard *acct;   /* one per queue */
     DPQueue queues[];
 };
 
@@ -67,6 +82,15 @@ static const IOQOp op_map[] = {
     [VIRTIO_BLK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
 };
 
+/* As the block layer: write-zeroes count as writes, discards as unmaps. */
+static const BlockAcctType acct_map[] = {
+    [VIRTIO_BLK_OP_READ] = BLOCK_ACCT_READ,
+    [VIRTIO_BLK_OP_WRITE] = BLOCK_ACCT_WRITE,
+    [VIRTIO_BLK_OP_FLUSH] = BLOCK_ACCT_FLUSH,
+    [VIRTIO_BLK_OP_DISCARD] = BLOCK_ACCT_UNMAP,
+    [VIRTIO_BLK_OP_WRITE_ZEROES] = BLOCK_ACCT_WRITE,
+};
+
 /* ---- completion side ---- */
 
 static void dp_complete(IOQReq *ior, int ret)
@@ -74,6 +98,7 @@ static void dp_complete(IOQReq *ior, int ret)
     VirtIOBlkReq *req = ior->opaque;
     DPQueue *dq = req->exec_opaque;
     DataPlane *dp = dq->dp;
+    int64_t now;
 
     /*
      * Writethrough (the guest turned the write cache off, or never got
@@ -91,6 +116,10 @@ static void dp_complete(IOQReq *ior, int ret)
             return; /* submitted by the caller of process_completions */
         }
     }
+    now = event_clock_ns();
+    /* req->op, not ior->op: a writethrough write is accounted as the write. */
+    block_acct_shard_done(dq->acct, acct_map[req->op], req->len,
+                          (uint64_t)MAX(now - dq->start_ns[req->idx], 0), ret < 0, now);
     virtio_blk_req_complete(req, ret);
     dp->touched |= 1ull << dq->idx;
     stat_add(&dq->st.completed, 1);
@@ -141,10 +170,12 @@ static void dp_submit(void *opaque, VirtIOBlkReq *req)
     ior->may_unmap = req->unmap;
     ior->cb = dp_complete;
     ior->opaque = req;
+    dq->start_ns[req->idx] = dq->dp->now_ns;
     stat_add(&dq->st.inflight, 1);
     ret = ioq_enqueue(dq->dp->ioq, ior);
     if (ret < 0) {
         /* Refused up front (e.g. misaligned for O_DIRECT): an I/O error. */
+        block_acct_shard_invalid(dq->acct, acct_map[req->op], dq->dp->now_ns);
         virtio_blk_req_complete(req, ret);
         dq->dp->touched |= 1ull << dq->idx;
         stat_add(&dq->st.completed, 1);
@@ -161,9 +192,46 @@ static void dp_batch_end(void *opaque)
     dq->dp->submit_cycles = __rdtsc() - t0;
 }
 
+/*
+ * Throttle gate, before submit. Over the limit: the engine un-pops @req and
+ * stops the pass; this queue is not popped again (kicks and polling ignore
+ * it) until its timer fires. Flushes are never throttled, as in the block
+ * layer. Requests of all queues share the drive's buckets (one iothread).
+ */
+static bool dp_admit(void *opaque, const VirtIOBlkReq *req)
+{
+    DPQueue *dq = opaque;
+    DataPlane *dp = dq->dp;
+    bool is_write = req->op != VIRTIO_BLK_OP_READ;
+    int64_t wait;
+
+    if (!dp->throttling || req->op == VIRTIO_BLK_OP_FLUSH) {
+        return true;
+    }
+    wait = throttle_wait_ns(&dp->ts, is_write, dp->now_ns);
+    if (wait > 0) {
+        dq->throttled = true;
+        event_timer_mod(dq->ttimer, dp->now_ns + wait);
+        stat_add(&dq->st.throttle_waits, 1);
+        return false;
+    }
+    throttle_account(&dp->ts, is_write, req->len);
+    return true;
+}
+
+/* The engine refused a guest request (range, alignment): QEMU's invalid_*. */
+static void dp_invalid(void *opaque, VirtIOBlkOp op)
+{
+    DPQueue *dq = opaque;
+
+    block_acct_shard_invalid(dq->acct, acct_map[op], dq->dp->now_ns);
+}
+
 static const VirtIOBlkExecOps dp_exec_ops = {
     .submit = dp_submit,
     .batch_end = dp_batch_end,
+    .admit = dp_admit,
+    .invalid = dp_invalid,
 };
 
 /* Pop and submit everything available on @dq, then publish completions. */
@@ -176,6 +244,7 @@ static bool process_queue(DPQueue *dq)
         uint64_t t0 = __rdtsc(), t1;
 
         dp->submit_cycles = 0;
+        dp->now_ns = event_clock_ns(); /* one clock read per pass: throttle, latency */
         popped = virtio_blk_handle_queue(dq->q);
         t1 = __rdtsc();
         if (popped) {
@@ -202,7 +271,18 @@ static void handle_kick(void *opaque)
         return;
     }
     stat_add(&dq->st.kicks, 1);
+    if (dq->throttled) {
+        return; /* the throttle timer resumes this queue */
+    }
     process_queue(dq);
+}
+
+static void throttle_timer_cb(void *opaque)
+{
+    DPQueue *dq = opaque;
+
+    dq->throttled = false;
+    process_queue(dq); /* may throttle again and re-arm */
 }
 
 /* Adaptive polling of the avail ring (only when the loop polls). */
@@ -210,7 +290,7 @@ static bool poll_queue(void *opaque)
 {
     DPQueue *dq = opaque;
 
-    if (!virtqueue_has_avail(virtio_blk_queue_get_vq(dq->q))) {
+    if (dq->throttled || !virtqueue_has_avail(virtio_blk_queue_get_vq(dq->q))) {
         return false;
     }
     return process_queue(dq);
@@ -228,7 +308,9 @@ static void poll_end(void *opaque)
     DPQueue *dq = opaque;
 
     /* The loop polls once more after this, catching a racing chain. */
-    virtqueue_enable_notification(virtio_blk_queue_get_vq(dq->q));
+    if (!dq->throttled) {
+        virtqueue_enable_notification(virtio_blk_queue_get_vq(dq->q));
+    }
 }
 
 static const EventFdOps kick_ops = {
@@ -261,7 +343,7 @@ static void reap(DataPlane *dp)
     notify_guests(dp);
     /* Slots were freed: a queue that hit its cap may have more to pop. */
     for (unsigned i = 0; i < dp->nq; i++) {
-        if (virtio_blk_queue_pending(dp->queues[i].q)) {
+        if (!dp->queues[i].throttled && virtio_blk_queue_pending(dp->queues[i].q)) {
             process_queue(&dp->queues[i]);
         }
     }
@@ -301,11 +383,32 @@ static const EventFdOps completion_ops = {
 
 /* ---- lifecycle (control thread; the _in_thread halves run in the iothread) ---- */
 
+/* Timers belong to the loop's owner: made and freed inside the iothread. */
+static void timers_new_in_thread(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    for (unsigned i = 0; i < dp->nq; i++) {
+        dp->queues[i].ttimer = event_timer_new(dp->loop, throttle_timer_cb, &dp->queues[i]);
+    }
+}
+
+static void timers_free_in_thread(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    for (unsigned i = 0; i < dp->nq; i++) {
+        event_timer_free(dp->queues[i].ttimer);
+        dp->queues[i].ttimer = NULL;
+    }
+}
+
 /* Context: control thread */
 DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
 {
     DataPlane *dp;
     IOQConfig ioqc = conf->ioq;
+    ThrottleLimits ts_limits;
 
     if (!conf->blk || !conf->iothread || conf->num_queues == 0 ||
         conf->num_queues > DATAPLANE_MAX_QUEUES || conf->queue_size == 0 ||
@@ -328,13 +431,22 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         g_free(dp);
         return NULL;
     }
+    dp->acct = g_new0(BlockAcctShard, dp->nq);
     for (unsigned i = 0; i < dp->nq; i++) {
+        static const BlockAcctStats no_histogram;
+
         dp->queues[i].dp = dp;
         dp->queues[i].idx = i;
         dp->queues[i].host_fd = -1;
         dp->queues[i].guest_fd = -1;
         dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
+        dp->queues[i].start_ns = g_new0(int64_t, dp->qsize);
+        dp->queues[i].acct = &dp->acct[i];
+        block_acct_shard_init(&dp->acct[i], &no_histogram);
     }
+    throttle_limits_init(&ts_limits);
+    throttle_state_config(&dp->ts, &ts_limits, event_clock_ns());
+    iothread_run_sync(dp->iothread, timers_new_in_thread, dp);
     return dp;
 }
 
@@ -436,6 +548,9 @@ static void stop_in_thread(void *opaque)
         DPQueue *dq = &dp->queues[i];
         uint64_t cnt;
 
+        /* A throttled request is still in the avail ring: the next owner throttles it. */
+        event_timer_del(dq->ttimer);
+        dq->throttled = false;
         event_loop_set_fd_handler(dp->loop, dq->host_fd, NULL, NULL, NULL);
         /*
          * Test-and-clear the doorbell: whatever it announced is still in the
@@ -487,9 +602,12 @@ void dataplane_destroy(DataPlane *dp)
     }
     dataplane_stop(dp);
     iothread_run_sync(dp->iothread, free_ioq_in_thread, dp->ioq);
+    iothread_run_sync(dp->iothread, timers_free_in_thread, dp);
     for (unsigned i = 0; i < dp->nq; i++) {
         g_free(dp->queues[i].ioreqs);
+        g_free(dp->queues[i].start_ns);
     }
+    g_free(dp->acct);
     g_free(dp);
 }
 
@@ -516,6 +634,7 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
     st->irqs = stat_get(&s->irqs);
     st->irqs_suppressed = stat_get(&s->irqs_suppressed);
     st->inflight = stat_get(&s->inflight);
+    st->throttle_waits = stat_get(&s->throttle_waits);
     st->cycles_pop = stat_get(&s->cycles_pop);
     st->cycles_submit = stat_get(&s->cycles_submit);
     st->cycles_complete = stat_get(&s->cycles_complete);
@@ -526,4 +645,82 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
 {
     ioq_get_stats(dp->ioq, st);
+}
+
+/* Context: control thread */
+BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n)
+{
+    *n = dp->nq;
+    return dp->acct;
+}
+
+/* Context: control thread */
+void dataplane_get_acct(DataPlane *dp, BlockAcctStats *st)
+{
+    int64_t last = -1;
+
+    memset(st, 0, sizeof(*st));
+    for (unsigned i = 0; i < dp->nq; i++) {
+        block_acct_shard_sum(&dp->acct[i], st, &last);
+    }
+    st->idle_time_ns = last < 0 ? -1 : MAX(event_clock_ns() - last, 0);
+    st->account_invalid = st->account_failed = true;
+}
+
+typedef struct ThrottleArgs {
+    DataPlane *dp;
+    ThrottleState *ts;
+} ThrottleArgs;
+
+static void set_throttle_in_thread(void *opaque)
+{
+    ThrottleArgs *a = opaque;
+    DataPlane *dp = a->dp;
+
+    dp->ts = *a->ts;
+    dp->throttling = throttle_limits_enabled(&dp->ts.limits);
+    /* Re-time the waiting queues under the new limits (they may go at once). */
+    for (unsigned i = 0; i < dp->nq; i++) {
+        DPQueue *dq = &dp->queues[i];
+
+        if (dq->throttled) {
+            event_timer_del(dq->ttimer);
+            dq->throttled = false;
+            process_queue(dq);
+        }
+    }
+}
+
+static void get_throttle_in_thread(void *opaque)
+{
+    ThrottleArgs *a = opaque;
+
+    *a->ts = a->dp->ts;
+}
+
+/* Context: control thread */
+void dataplane_set_throttle_state(DataPlane *dp, const ThrottleState *ts)
+{
+    ThrottleArgs a = {.dp = dp, .ts = (ThrottleState *)ts};
+
+    if (!dp->started) {
+        /* Not running: dataplane_start's hand-over publishes it to the iothread. */
+        dp->ts = *ts;
+        dp->throttling = throttle_limits_enabled(&ts->limits);
+        return;
+    }
+    /* The synchronous hand-over orders the copy with the iothread's accesses. */
+    iothread_run_sync(dp->iothread, set_throttle_in_thread, &a);
+}
+
+/* Context: control thread */
+void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts)
+{
+    ThrottleArgs a = {.dp = dp, .ts = ts};
+
+    if (!dp->started) {
+        *ts = dp->ts;
+        return;
+    }
+    iothread_run_sync(dp->iothread, get_throttle_in_thread, &a);
 }

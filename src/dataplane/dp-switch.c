@@ -133,6 +133,41 @@ static void bl_detach(DpSwitch *sw)
     }
 }
 
+/* ---- one throttle and one set of counters for the drive ---- */
+
+/*
+ * The bucket state follows the queues: the block layer's while it serves
+ * them (or nobody does), the dataplane's while it runs. Handing the levels
+ * over, not just the limits, keeps a switch from giving free tokens.
+ */
+static void throttle_to_dataplane(DpSwitch *sw)
+{
+    ThrottleState ts;
+
+    blk_get_throttle_state(sw->conf.backend, &ts);
+    dataplane_set_throttle_state(sw->dp, &ts);
+}
+
+static void throttle_to_block_layer(DpSwitch *sw)
+{
+    ThrottleState ts;
+
+    dataplane_get_throttle_state(sw->dp, &ts);
+    blk_set_throttle_state(sw->conf.backend, &ts);
+}
+
+/* Context: main loop, BQL held */
+bool dp_switch_set_io_limits(DpSwitch *sw, const ThrottleLimits *limits, GError **errp)
+{
+    if (!blk_set_io_limits(sw->conf.backend, limits, errp)) {
+        return false;
+    }
+    if (sw->started && sw->on_dataplane) {
+        throttle_to_dataplane(sw); /* fresh buckets, as the block layer's */
+    }
+    return true;
+}
+
 /* ---- lifecycle ---- */
 
 /* Context: main loop, BQL held */
@@ -162,6 +197,13 @@ DpSwitch *dp_switch_new(const DpSwitchConf *conf, GError **errp)
         return NULL;
     }
     sw->exec = blk_exec_new(conf->backend, conf->blk, bl_exec_notify, sw);
+    {
+        unsigned n;
+        BlockAcctShard *shards = dataplane_acct_shards(sw->dp, &n);
+
+        /* query-blockstats counts the dataplane's requests as the drive's. */
+        blk_acct_attach_shards(conf->backend, shards, n);
+    }
     return sw;
 }
 
@@ -186,6 +228,9 @@ bool dp_switch_start(DpSwitch *sw, bool dataplane, const DataPlaneQueue *queues,
         fcntl(queues[i].guest_notifier, F_SETFL,
               fcntl(queues[i].guest_notifier, F_GETFL) | O_NONBLOCK);
     }
+    if (dataplane) {
+        throttle_to_dataplane(sw);
+    }
     if (dataplane ? !dataplane_start(sw->dp, queues, n, errp) : !bl_attach(sw, errp)) {
         return false;
     }
@@ -202,6 +247,7 @@ void dp_switch_stop(DpSwitch *sw)
     }
     if (sw->on_dataplane) {
         dataplane_stop(sw->dp);
+        throttle_to_block_layer(sw);
     } else {
         bl_detach(sw);
     }
@@ -223,6 +269,7 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
     t0 = event_clock_ns();
     if (on) {
         bl_detach(sw);
+        throttle_to_dataplane(sw);
         for (unsigned i = 0; i < sw->conf.num_queues; i++) {
             dqs[i] = sw->q[i].dq;
         }
@@ -232,6 +279,7 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
         }
     } else {
         dataplane_stop(sw->dp);
+        throttle_to_block_layer(sw);
         ok = bl_attach(sw, errp);
         if (!ok) {
             for (unsigned i = 0; i < sw->conf.num_queues; i++) {
@@ -287,6 +335,7 @@ void dp_switch_free(DpSwitch *sw)
         return;
     }
     dp_switch_stop(sw);
+    blk_acct_detach_shards(sw->conf.backend); /* folded in: totals stay */
     blk_exec_free(sw->exec);
     dataplane_destroy(sw->dp);
     g_free(sw);

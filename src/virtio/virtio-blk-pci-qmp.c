@@ -261,6 +261,7 @@ static void add_queue_stats(JsonBuilder *b, DataPlane *dp, unsigned q)
     add_int(b, "interrupts", (int64_t)st.irqs);
     add_int(b, "interrupts-suppressed", (int64_t)st.irqs_suppressed);
     add_int(b, "in-flight", (int64_t)st.inflight);
+    add_int(b, "throttle-waits", (int64_t)st.throttle_waits);
     add_int(b, "cycles-pop", (int64_t)st.cycles_pop);
     add_int(b, "cycles-submit", (int64_t)st.cycles_submit);
     add_int(b, "cycles-complete", (int64_t)st.cycles_complete);
@@ -329,54 +330,78 @@ static JsonNode *cmd_block_resize(QmpRequest *req, JsonObject *args, GError **er
     return NULL;
 }
 
+/* BlockIOThrottle members -> bucket fields, in QEMU's order. */
+enum { T_AVG, T_MAX, T_LEN };
 static const struct {
-    const char *arg, *key;
-} throttle_keys[] = {
-    {"bps", "bps-total"},
-    {"bps_rd", "bps-read"},
-    {"bps_wr", "bps-write"},
-    {"iops", "iops-total"},
-    {"iops_rd", "iops-read"},
-    {"iops_wr", "iops-write"},
-    {"bps_max", "bps-total-max"},
-    {"bps_rd_max", "bps-read-max"},
-    {"bps_wr_max", "bps-write-max"},
-    {"iops_max", "iops-total-max"},
-    {"iops_rd_max", "iops-read-max"},
-    {"iops_wr_max", "iops-write-max"},
-    {"bps_max_length", "bps-total-max-length"},
-    {"bps_rd_max_length", "bps-read-max-length"},
-    {"bps_wr_max_length", "bps-write-max-length"},
-    {"iops_max_length", "iops-total-max-length"},
-    {"iops_rd_max_length", "iops-read-max-length"},
-    {"iops_wr_max_length", "iops-write-max-length"},
-    {"iops_size", "iops-size"},
+    const char *arg;
+    ThrottleBucketType bucket;
+    int field;
+} throttle_args[] = {
+    {"bps", THROTTLE_BPS_TOTAL, T_AVG},
+    {"bps_rd", THROTTLE_BPS_READ, T_AVG},
+    {"bps_wr", THROTTLE_BPS_WRITE, T_AVG},
+    {"iops", THROTTLE_OPS_TOTAL, T_AVG},
+    {"iops_rd", THROTTLE_OPS_READ, T_AVG},
+    {"iops_wr", THROTTLE_OPS_WRITE, T_AVG},
+    {"bps_max", THROTTLE_BPS_TOTAL, T_MAX},
+    {"bps_rd_max", THROTTLE_BPS_READ, T_MAX},
+    {"bps_wr_max", THROTTLE_BPS_WRITE, T_MAX},
+    {"iops_max", THROTTLE_OPS_TOTAL, T_MAX},
+    {"iops_rd_max", THROTTLE_OPS_READ, T_MAX},
+    {"iops_wr_max", THROTTLE_OPS_WRITE, T_MAX},
+    {"bps_max_length", THROTTLE_BPS_TOTAL, T_LEN},
+    {"bps_rd_max_length", THROTTLE_BPS_READ, T_LEN},
+    {"bps_wr_max_length", THROTTLE_BPS_WRITE, T_LEN},
+    {"iops_max_length", THROTTLE_OPS_TOTAL, T_LEN},
+    {"iops_rd_max_length", THROTTLE_OPS_READ, T_LEN},
+    {"iops_wr_max_length", THROTTLE_OPS_WRITE, T_LEN},
 };
 
 static JsonNode *cmd_block_set_io_throttle(QmpRequest *req, JsonObject *args, GError **errp)
 {
-    VirtIOBlkPCI *s = lookup_arg(args, "device", "id", errp);
+    bool has_dev = json_object_has_member(args, "device");
+    bool has_id = json_object_has_member(args, "id");
+    VirtIOBlkPCI *s;
     ThrottleLimits l;
 
+    if (has_dev == has_id) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Need exactly one of 'device' and 'id'");
+        return NULL;
+    }
+    s = lookup_arg(args, "device", "id", errp);
     if (!s) {
         return NULL;
     }
+    if (json_object_has_member(args, "group")) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Throttle groups are not supported");
+        return NULL;
+    }
+    /*
+     * As QEMU, the int members land in unsigned fields: a negative value is
+     * huge and throttle_limits_validate() refuses it with QEMU's message.
+     */
     throttle_limits_init(&l);
-    for (size_t i = 0; i < G_N_ELEMENTS(throttle_keys); i++) {
-        g_autofree char *v = NULL;
-        bool known = true;
+    for (size_t i = 0; i < G_N_ELEMENTS(throttle_args); i++) {
+        ThrottleBucketLimit *b = &l.b[throttle_args[i].bucket];
+        uint64_t v;
 
-        if (!json_object_has_member(args, throttle_keys[i].arg)) {
+        if (!json_object_has_member(args, throttle_args[i].arg)) {
             continue;
         }
-        v = g_strdup_printf("%" G_GINT64_FORMAT,
-                            json_object_get_int_member(args, throttle_keys[i].arg));
-        if (!throttle_limits_set_option(&l, throttle_keys[i].key, v, &known, errp)) {
-            return NULL;
-        }
+        v = (uint64_t)json_object_get_int_member(args, throttle_args[i].arg);
+        *(throttle_args[i].field == T_AVG   ? &b->avg
+          : throttle_args[i].field == T_MAX ? &b->max
+                                            : &b->burst_length) = v;
     }
-    /* Applies to the block-layer path; the dataplane bypasses throttling (docs/qmp.md). */
-    blk_set_io_limits(s->backend, &l, errp);
+    if (json_object_has_member(args, "iops_size")) {
+        l.iops_size = (uint64_t)json_object_get_int_member(args, "iops_size");
+    }
+    /* The drive's limits, whatever path runs now or later (docs/qmp.md). */
+    if (s->sw) {
+        dp_switch_set_io_limits(s->sw, &l, errp);
+    } else {
+        blk_set_io_limits(s->backend, &l, errp);
+    }
     return NULL;
 }
 
@@ -422,6 +447,20 @@ static void register_commands(void)
                                           {"iops", QMP_ARG_INT, false},
                                           {"iops_rd", QMP_ARG_INT, false},
                                           {"iops_wr", QMP_ARG_INT, false},
+                                          {"bps_max", QMP_ARG_INT, true},
+                                          {"bps_rd_max", QMP_ARG_INT, true},
+                                          {"bps_wr_max", QMP_ARG_INT, true},
+                                          {"iops_max", QMP_ARG_INT, true},
+                                          {"iops_rd_max", QMP_ARG_INT, true},
+                                          {"iops_wr_max", QMP_ARG_INT, true},
+                                          {"bps_max_length", QMP_ARG_INT, true},
+                                          {"bps_rd_max_length", QMP_ARG_INT, true},
+                                          {"bps_wr_max_length", QMP_ARG_INT, true},
+                                          {"iops_max_length", QMP_ARG_INT, true},
+                                          {"iops_rd_max_length", QMP_ARG_INT, true},
+                                          {"iops_wr_max_length", QMP_ARG_INT, true},
+                                          {"iops_size", QMP_ARG_INT, true},
+                                          {"group", QMP_ARG_STR, true},
                                           QMP_ARGS_END};
 
     qmp_register_command("query-block", cmd_query_block, none, 0, NULL);
@@ -429,8 +468,7 @@ static void register_commands(void)
     qmp_register_command("query-blockstats", cmd_query_blockstats, none, QMP_CMD_EXTRA_ARGS, NULL);
     qmp_register_command("x-query-virtio-blk-dataplane", cmd_query_dataplane, none, 0, NULL);
     qmp_register_command("block_resize", cmd_block_resize, resize, 0, NULL);
-    qmp_register_command("block_set_io_throttle", cmd_block_set_io_throttle, throttle,
-                         QMP_CMD_EXTRA_ARGS, NULL);
+    qmp_register_command("block_set_io_throttle", cmd_block_set_io_throttle, throttle, 0, NULL);
 }
 
 /* ---- werror/rerror and cont ---- */

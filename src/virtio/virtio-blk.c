@@ -35,6 +35,7 @@ struct VirtIOBlkQueue {
 
     unsigned nreq;
     unsigned inflight;  /* requests owned by the executor */
+    bool deferred;      /* the executor's admit() refused the last pass's request */
     VirtIOBlkReq *reqs; /* nreq slots */
     struct iovec *iovs; /* nreq * VIRTQUEUE_ELEM_IOV(nreq) */
     VirtIOBlkReq *free_list;
@@ -358,10 +359,12 @@ static uint8_t req_parse(VirtIOBlkQueue *q, VirtIOBlkReq *req, const struct virt
     req->unmap = false;
     switch (type) {
     case VIRTIO_BLK_T_IN:
+        req->op = VIRTIO_BLK_OP_READ; /* also for invalid accounting */
         req->iov = in;
         req->niov = in_n;
         return parse_rw(q, req, le64toh(h->sector), false, out_n);
     case VIRTIO_BLK_T_OUT:
+        req->op = VIRTIO_BLK_OP_WRITE;
         req->iov = out;
         req->niov = out_n;
         return parse_rw(q, req, le64toh(h->sector), true, in_n);
@@ -377,6 +380,7 @@ static uint8_t req_parse(VirtIOBlkQueue *q, VirtIOBlkReq *req, const struct virt
         return parse_get_id(q, req);
     case VIRTIO_BLK_T_DISCARD:
     case VIRTIO_BLK_T_WRITE_ZEROES:
+        req->op = type == VIRTIO_BLK_T_DISCARD ? VIRTIO_BLK_OP_DISCARD : VIRTIO_BLK_OP_WRITE_ZEROES;
         return parse_dwz(q, req, type == VIRTIO_BLK_T_WRITE_ZEROES, out, out_n,
                          e->out_len - sizeof(*h), in_n);
     default:
@@ -384,8 +388,11 @@ static uint8_t req_parse(VirtIOBlkQueue *q, VirtIOBlkReq *req, const struct virt
     }
 }
 
-/* Validate and dispatch one request: complete inline or hand to the executor. */
-static void req_handle(VirtIOBlkQueue *q, VirtIOBlkReq *req)
+/*
+ * Validate and dispatch one request: complete inline or hand to the executor.
+ * Returns false when the executor deferred it (un-popped): end the pass.
+ */
+static bool req_handle(VirtIOBlkQueue *q, VirtIOBlkReq *req)
 {
     struct virtio_blk_outhdr hdr;
     uint8_t status;
@@ -394,26 +401,38 @@ static void req_handle(VirtIOBlkQueue *q, VirtIOBlkReq *req)
         /* Nowhere to report: the chain cannot be returned meaningfully. */
         req_release(req);
         virtqueue_set_broken(q->vq, "virtio-blk request without a status byte");
-        return;
+        return true;
     }
     if (req->elem.out_len < sizeof(hdr) ||
         !iov_copy_out(req->elem.iov, req->elem.out_num, &hdr, sizeof(hdr))) {
         req_protocol_error(q, req, "virtio-blk request without a complete header");
-        return;
+        return true;
     }
+    req->op = VIRTIO_BLK_OP_FLUSH; /* not counted as invalid unless req_parse says */
     status = req_parse(q, req, &hdr);
     if (status != 0xff) {
+        if (status == VIRTIO_BLK_S_IOERR && req->op != VIRTIO_BLK_OP_FLUSH && q->ops->invalid) {
+            q->ops->invalid(q->opaque, req->op);
+        }
         req_finish(req, status);
-        return;
+        return true;
+    }
+    if (q->ops->admit && !q->ops->admit(q->opaque, req)) {
+        /* Throttled: back into the avail ring, the executor comes back for it. */
+        virtqueue_unpop(q->vq, &req->elem);
+        req_release(req);
+        q->deferred = true;
+        return false;
     }
     q->inflight++;
     q->ops->submit(q->opaque, req);
+    return true;
 }
 
 /* Context: owner thread */
 bool virtio_blk_queue_pending(VirtIOBlkQueue *q)
 {
-    return virtqueue_has_avail(q->vq);
+    return !q->deferred && virtqueue_has_avail(q->vq);
 }
 
 /* Pop and dispatch until empty, the cap, or a broken queue. Returns false to stop. */
@@ -438,8 +457,10 @@ static bool handle_pass(VirtIOBlkQueue *q, unsigned *popped)
             req_release(req);
             return rc == 0;
         }
+        if (!req_handle(q, req)) {
+            return false; /* deferred: not counted as popped */
+        }
         (*popped)++;
-        req_handle(q, req);
     }
     return true;
 }
@@ -450,14 +471,17 @@ unsigned virtio_blk_handle_queue(VirtIOBlkQueue *q)
     unsigned popped = 0;
     bool more;
 
+    q->deferred = false;
     do {
         virtqueue_disable_notification(q->vq);
         if (!handle_pass(q, &popped)) {
             /*
              * Pool exhausted or queue broken. Never leave notifications off
              * on a live queue: the next chain could arrive without a kick.
+             * Deferred by the executor: it comes back by itself (a timer),
+             * so no kick is wanted meanwhile.
              */
-            if (!virtqueue_is_broken(q->vq)) {
+            if (!virtqueue_is_broken(q->vq) && !q->deferred) {
                 virtqueue_enable_notification(q->vq);
             }
             break;
