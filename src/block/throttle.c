@@ -159,8 +159,10 @@ bool throttle_limits_set_option(ThrottleLimits *l, const char *key, const char *
 /* Context: owner thread */
 void throttle_state_config(ThrottleState *ts, const ThrottleLimits *l, int64_t now)
 {
+    ThrottleLimits copy = *l; /* @l may point into @ts */
+
     memset(ts, 0, sizeof(*ts));
-    ts->limits = *l;
+    ts->limits = copy;
     ts->last_leak_ns = now;
 }
 

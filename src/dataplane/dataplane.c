@@ -83,6 +83,7 @@ static const IOQOp op_map[] = {
 };
 
 /* As the block layer: write-zeroes count as writes, discards as unmaps. */
+/* clang-format off */
 static const BlockAcctType acct_map[] = {
     [VIRTIO_BLK_OP_READ] = BLOCK_ACCT_READ,
     [VIRTIO_BLK_OP_WRITE] = BLOCK_ACCT_WRITE,
@@ -90,6 +91,7 @@ static const BlockAcctType acct_map[] = {
     [VIRTIO_BLK_OP_DISCARD] = BLOCK_ACCT_UNMAP,
     [VIRTIO_BLK_OP_WRITE_ZEROES] = BLOCK_ACCT_WRITE,
 };
+/* clang-format on */
 
 /* ---- completion side ---- */
 
