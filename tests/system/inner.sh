@@ -540,5 +540,43 @@ else
     tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
 fi
 
+# 12. block_set_io_throttle on a dataplane disk: fio randread in the guest runs at the
+#     limit (within 10%), and query-blockstats counts the dataplane's requests.
+truncate -s 256M "$dir/thr.img"
+sh=$(cat <<'SH' | b64
+echo "VBLK-THR-READY"; sleep 4
+fio --name=thr --filename=/dev/vda --rw=randread --bs=4k --direct=1 --ioengine=libaio \
+    --iodepth=8 --size=200M --runtime=6 --ramp_time=1 --time_based --minimal >/tmp/thr.out 2>&1
+r=$?; echo "VBLK-THR-IOPS $(cut -d';' -f8 /tmp/thr.out | head -1) rc=$r"
+sleep 5 # the host queries query-blockstats before the guest powers off
+SH
+)
+port=$((port + 1))
+"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot -kernel "$VBLK_L2_KERNEL" \
+    -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.shb64=$sh" \
+    -drive "$(drive drive0 "$dir/thr.img" aio=native)" \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=on \
+    -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$dir/thr.log" 2>&1 &
+vpid=$!
+wait_log "$dir/thr.log" VBLK-THR-READY 120
+qmp_open
+qmp '{"execute":"qmp_capabilities"}'
+qmp '{"execute":"block_set_io_throttle","arguments":{"device":"drive0","bps":0,"bps_rd":0,"bps_wr":0,"iops":200,"iops_rd":0,"iops_wr":0}}'
+wait_log "$dir/thr.log" VBLK-THR-IOPS 90
+qmp '{"execute":"query-blockstats"}'
+qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+reap_vblk
+qmp_close
+iops=$(grep -o 'VBLK-THR-IOPS [0-9]*' "$dir/thr.log" | cut -d' ' -f2)
+rdops=$(grep -o '"rd_operations": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
+echo "# throttle iops=200: fio measured ${iops:-none} iops; query-blockstats rd_operations=${rdops:-none}"
+if [ $rc -eq 0 ] && [ "${iops:-0}" -ge 180 ] && [ "${iops:-0}" -le 220 ] && [ "${rdops:-0}" -ge 1200 ] &&
+    ! grep -q '"error"' "$dir/qmp.out"; then
+    ok "block_set_io_throttle iops=200 on the dataplane: fio within 10%, counted in query-blockstats"
+else
+    nok "block_set_io_throttle iops=200 on the dataplane (rc=$rc iops=$iops rd_operations=$rdops)" "$dir/thr.log"
+    tail -c 1500 "$dir/qmp.out" | sed 's/^/#   /'
+fi
+
 echo "# $n system tests, $fails failed"
 [ $fails -eq 0 ]
