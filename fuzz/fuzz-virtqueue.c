@@ -33,6 +33,8 @@ typedef struct FuzzExec {
     unsigned n;
     bool defer;
     int result;
+    bool throttle; /* admit() refuses every third request (un-pop path) */
+    unsigned admits;
 } FuzzExec;
 
 static void touch_data(VirtIOBlkReq *req)
@@ -68,11 +70,22 @@ static void fuzz_batch_end(void *opaque)
 {
 }
 
-static const VirtIOBlkExecOps fuzz_ops = {.submit = fuzz_submit, .batch_end = fuzz_batch_end};
+static bool fuzz_admit(void *opaque, const VirtIOBlkReq *req)
+{
+    FuzzExec *x = opaque;
+
+    return !x->throttle || ++x->admits % 3 != 0;
+}
+
+static const VirtIOBlkExecOps fuzz_ops = {
+    .submit = fuzz_submit, .batch_end = fuzz_batch_end, .admit = fuzz_admit};
 
 static void kick(VirtIOBlkQueue *q, FuzzExec *x)
 {
     virtio_blk_handle_queue(q);
+    if (x->throttle) {
+        virtio_blk_handle_queue(q); /* as the throttle timer would: re-pops the deferred one */
+    }
     virtio_blk_queue_flush(q);
     for (unsigned i = 0; i < x->n; i++) {
         virtio_blk_req_complete(x->deferred[i], x->result);
@@ -106,7 +119,8 @@ static void run(const uint8_t *data, size_t size, uint8_t *ram0, uint8_t *ram1)
     uint64_t features;
     unsigned num = 4u << (data[8] % 4);
     uint16_t idx1, idx2;
-    FuzzExec x = {.defer = data[9] & 8, .result = results[(data[9] >> 4) & 3]};
+    FuzzExec x = {
+        .defer = data[9] & 8, .result = results[(data[9] >> 4) & 3], .throttle = data[9] & 0x40};
     VirtIOBlkConf conf;
     GuestMem *gm;
     VirtIOBlk *blk;
