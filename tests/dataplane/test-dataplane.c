@@ -377,9 +377,9 @@ static void test_null(void)
         testdrv_alloc_reset(f->d, mark);
     }
     /*
-     * The guest can see the last completions before the iothread counts the
-     * interrupt it sends after publishing them: the run_sync handshake of
-     * dataplane_drain() waits for that handler to return.
+     * The guest can see the last completions before the iothread counts its
+     * notification decision: the run_sync handshake of dataplane_drain()
+     * waits for that handler to return.
      */
     dataplane_drain(f->dp);
     dataplane_get_queue_stats(f->dp, 0, &st);
@@ -387,7 +387,14 @@ static void test_null(void)
     g_assert_cmpuint(st.completed, ==, 3200);
     g_assert_cmpuint(st.inflight, ==, 0);
     g_assert_cmpuint(st.batches, >=, 100);
-    g_assert_cmpuint(st.irqs, >=, 100);
+    /*
+     * One decision per round at least, but not always an interrupt: the
+     * guest polls the used ring, and when it has consumed a batch (and moved
+     * used_event past it) before the device reads used_event, EVENT_IDX
+     * rightly suppresses the interrupt.
+     */
+    g_assert_cmpuint(st.irqs + st.irqs_suppressed, >=, 100);
+    g_assert_cmpuint(st.irqs, >, 0);
     g_rand_free(rnd);
     dpfix_free(f);
 }
