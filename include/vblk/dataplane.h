@@ -117,8 +117,6 @@ void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
  * Context: control thread
  */
 BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n);
-/* The shards summed (standalone use, tests). Context: control thread */
-void dataplane_get_acct(DataPlane *dp, BlockAcctStats *st);
 
 /*
  * Throttling: the drive's bucket state, levels included (block-throttle.h).

@@ -656,19 +656,6 @@ BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n)
     return dp->acct;
 }
 
-/* Context: control thread */
-void dataplane_get_acct(DataPlane *dp, BlockAcctStats *st)
-{
-    int64_t last = -1;
-
-    memset(st, 0, sizeof(*st));
-    for (unsigned i = 0; i < dp->nq; i++) {
-        block_acct_shard_sum(&dp->acct[i], st, &last);
-    }
-    st->idle_time_ns = last < 0 ? -1 : MAX(event_clock_ns() - last, 0);
-    st->account_invalid = st->account_failed = true;
-}
-
 typedef struct ThrottleArgs {
     DataPlane *dp;
     ThrottleState *ts;
