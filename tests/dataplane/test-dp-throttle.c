@@ -91,6 +91,8 @@ static Fx *fx_new(bool dataplane, bool ioq_read_only)
     g_assert_no_error(err);
     f->iothread = iothread_new("throttle-io", &err);
     g_assert_no_error(err);
+    /* As the VMM's iothreads: adaptive polling (a throttled queue must not be polled). */
+    event_loop_set_poll_params(iothread_get_loop(f->iothread), 32768, 0, 0);
     optstr = g_strdup_printf("file=%s,cache=writeback,aio=io_uring", f->path);
     opts = blk_opts_parse(optstr);
     f->backend = blk_new_from_drive_opts(opts, f->main_loop, &err);
