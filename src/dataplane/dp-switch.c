@@ -108,7 +108,21 @@ static bool bl_attach(DpSwitch *sw, GError **errp)
     return true;
 }
 
-static void bl_detach(DpSwitch *sw)
+/* Requests of the block layer still running; parked ones wait for 'cont' instead. */
+static unsigned bl_running(DpSwitch *sw)
+{
+    unsigned inflight = blk_exec_inflight(sw->exec);
+    unsigned parked = blk_parked_count(sw->conf.backend);
+
+    return inflight > parked ? inflight - parked : 0;
+}
+
+/*
+ * Returns false when requests are parked by werror/rerror=stop (before or
+ * during the drain): they belong to the block layer until 'cont', so the
+ * caller must not hand the queues over.
+ */
+static bool bl_detach(DpSwitch *sw)
 {
     for (unsigned i = 0; i < sw->conf.num_queues; i++) {
         SwQueue *sq = &sw->q[i];
@@ -121,7 +135,7 @@ static void bl_detach(DpSwitch *sw)
     }
     /* Wait for every request of the block layer, then publish their completions. */
     blk_drain(sw->conf.backend);
-    while (blk_exec_inflight(sw->exec)) {
+    while (bl_running(sw)) {
         event_loop_run_once(sw->conf.main_loop, true);
     }
     for (unsigned i = 0; i < sw->conf.num_queues; i++) {
@@ -131,6 +145,7 @@ static void bl_detach(DpSwitch *sw)
         sq->block_layer = false;
         virtio_blk_queue_set_exec(sq->dq.q, NULL, NULL);
     }
+    return blk_parked_count(sw->conf.backend) == 0;
 }
 
 /* ---- one throttle and one set of counters for the drive ---- */
@@ -268,7 +283,16 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
     }
     t0 = event_clock_ns();
     if (on) {
-        bl_detach(sw);
+        if (!bl_detach(sw)) {
+            if (!bl_attach(sw, NULL)) {
+                g_warning("dp-switch: the device lost both paths");
+            }
+            g_set_error(errp, DP_SWITCH_ERROR, EBUSY,
+                        "%u request(s) failed with werror/rerror=stop and wait for 'cont'; "
+                        "staying on the block layer",
+                        blk_parked_count(sw->conf.backend));
+            return false;
+        }
         throttle_to_dataplane(sw);
         for (unsigned i = 0; i < sw->conf.num_queues; i++) {
             dqs[i] = sw->q[i].dq;

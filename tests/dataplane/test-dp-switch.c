@@ -297,10 +297,169 @@ static void test_switch_stress(gconstpointer data)
     g_free(path);
 }
 
+/* One 512-byte write of @fill at @sector, published and kicked. */
+static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
+{
+    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
+    uint8_t data[512], ff = 0xff;
+    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
+    int hd;
+
+    memset(data, fill, sizeof(data));
+    testdrv_memwrite(d, base, &h, sizeof(h));
+    testdrv_memwrite(d, base + 512, data, sizeof(data));
+    testdrv_memwrite(d, base + 1024, &ff, 1);
+    hd = testvq_add_chain(tvq, bufs, 3);
+    g_assert_cmpint(hd, >=, 0);
+    testvq_publish(tvq, (uint16_t)hd);
+    testvq_kick(tvq);
+    return hd;
+}
+
+/*
+ * werror=stop on the block-layer path: a request parked before a switch to
+ * the dataplane belongs to the block layer until 'cont'. The switch is
+ * refused (it used to wait for it forever), the request completes after the
+ * resume, and then the switch succeeds.
+ */
+static void test_switch_parked(void)
+{
+    char *path = g_build_filename("/var/tmp", "vblk-switch-parked-XXXXXX", NULL);
+    int fd = g_mkstemp(path), dfd;
+    TestDrvOpts dopts = {.ram_size = 16 << 20};
+    TestDrv *d;
+    TestVq *tvq;
+    VirtQueue *vq;
+    VirtIOBlkQueue *q;
+    VirtIOBlkConf conf;
+    VirtIOBlk *blk;
+    EventLoop *main_loop;
+    IOThread *iothread;
+    BlockBackend *backend;
+    GHashTable *opts;
+    DpSwitch *sw;
+    DataPlaneQueue dq;
+    GError *err = NULL;
+    uint64_t features, buf;
+    BlkdebugRule rule = {.op = BLOCK_OP_WRITE, .nth = 1, .error = EIO, .once = true};
+    uint16_t head;
+    uint32_t len;
+    uint8_t got[512];
+    char *optstr;
+    int hd;
+
+    alarm(60); /* a regression hangs in the switch: fail instead */
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
+    close(fd);
+    dfd = open(path, O_RDWR);
+    g_assert_cmpint(dfd, >=, 0);
+    d = testdrv_new(&dopts);
+    virtio_blk_conf_init(&conf, (1 << 20) / 512);
+    conf.queue_size = QSIZE;
+    blk = virtio_blk_new(&conf, &err);
+    g_assert_no_error(err);
+    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
+    g_assert_true(virtio_blk_set_features(blk, features, &err));
+    main_loop = event_loop_new(&err);
+    g_assert_no_error(err);
+    iothread = iothread_new("parked-io", &err);
+    g_assert_no_error(err);
+    optstr = g_strdup_printf("driver=raw,node-name=top,file.driver=blkdebug,file.node-name=dbg,"
+                             "file.image.driver=file,file.image.filename=%s",
+                             path);
+    opts = blk_opts_parse(optstr);
+    backend = blk_new_from_blockdev_opts(opts, main_loop, &err);
+    g_assert_no_error(err);
+    g_hash_table_unref(opts);
+    g_free(optstr);
+    blk_set_error_policy(backend, BLOCK_ERR_REPORT, BLOCK_ERR_STOP);
+    g_assert_true(blkdebug_add_rule(blk_find_node(backend, "dbg"), &rule, &err));
+
+    tvq = testvq_new(d, QSIZE, features);
+    vq = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq), testvq_avail_gpa(tvq),
+                       testvq_used_gpa(tvq), features, &err);
+    g_assert_no_error(err);
+    q = virtio_blk_queue_new(blk, vq, NULL, NULL, &err);
+    g_assert_no_error(err);
+    dq = (DataPlaneQueue){
+        .q = q, .host_notifier = testvq_kick_fd(tvq), .guest_notifier = testvq_call_fd(tvq)};
+    sw = dp_switch_new(
+        &(DpSwitchConf){.blk = blk,
+                        .main_loop = main_loop,
+                        .backend = backend,
+                        .iothread = iothread,
+                        .ioq = {.engine = "io_uring", .fd = dfd, .logical_block_size = 512},
+                        .num_queues = 1,
+                        .queue_size = QSIZE},
+        &err);
+    g_assert_no_error(err);
+    g_assert_true(dp_switch_start(sw, false, &dq, 1, &err));
+
+    /* The first write fails once and is parked. */
+    buf = testdrv_alloc(d, 2048, 512);
+    hd = submit_write(d, tvq, buf, 8, 0xa5);
+    for (int i = 0; i < 10000 && blk_parked_count(backend) == 0; i++) {
+        event_loop_run_once(main_loop, false);
+        g_usleep(100);
+    }
+    g_assert_cmpuint(blk_parked_count(backend), ==, 1);
+    g_assert_false(testvq_get_used(tvq, &head, &len));
+
+    g_assert_false(dp_switch_set_dataplane(sw, true, &err));
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "wait for 'cont'"));
+    g_clear_error(&err);
+    g_assert_false(dp_switch_is_dataplane(sw));
+
+    /* 'cont': the request is resubmitted and completes on the block layer. */
+    blk_resume_parked(backend);
+    for (int i = 0; i < 10000 && !testvq_get_used(tvq, &head, &len); i++) {
+        event_loop_run_once(main_loop, false);
+        g_usleep(100);
+    }
+    g_assert_cmpint(head, ==, hd);
+    g_assert_cmpuint(testdrv_readb(d, buf + 1024), ==, VIRTIO_BLK_S_OK);
+
+    /* Nothing parked: the switch goes through, and the dataplane serves the next write. */
+    g_assert_true(dp_switch_set_dataplane(sw, true, &err));
+    g_assert_no_error(err);
+    hd = submit_write(d, tvq, buf, 9, 0x5a);
+    for (int i = 0; i < 200 && !testvq_get_used(tvq, &head, &len); i++) {
+        testvq_wait_used(tvq, 50);
+    }
+    g_assert_cmpint(head, ==, hd);
+    g_assert_cmpuint(testdrv_readb(d, buf + 1024), ==, VIRTIO_BLK_S_OK);
+    dp_switch_stop(sw);
+    dp_switch_free(sw);
+
+    g_assert_cmpint(pread(dfd, got, 512, 8 * 512), ==, 512);
+    for (int i = 0; i < 512; i++) {
+        g_assert_cmpuint(got[i], ==, 0xa5);
+    }
+    g_assert_cmpint(pread(dfd, got, 512, 9 * 512), ==, 512);
+    for (int i = 0; i < 512; i++) {
+        g_assert_cmpuint(got[i], ==, 0x5a);
+    }
+    alarm(0);
+    blk_unref(backend);
+    iothread_free(iothread);
+    event_loop_free(main_loop);
+    virtio_blk_queue_free(q);
+    virtqueue_free(vq);
+    testvq_free(tvq);
+    virtio_blk_free(blk);
+    testdrv_free(d);
+    close(dfd);
+    unlink(path);
+    g_free(path);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_data_func("/dp-switch/native/10000-switches", "native", test_switch_stress);
     g_test_add_data_func("/dp-switch/io_uring/10000-switches", "io_uring", test_switch_stress);
+    g_test_add_func("/dp-switch/werror-stop-parked", test_switch_parked);
     return g_test_run();
 }
