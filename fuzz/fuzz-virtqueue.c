@@ -20,7 +20,7 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/virtio-blk.h"
+#include "virtio/virtio-blk.h"
 
 #define REGION_SIZE 0x8000
 #define REGION1_GPA 0x10000

@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "backend-int.h"
+#include "util/thread-check.h"
 
 /* Default histogram bounds: 10us, 100us, 1ms, 10ms, 100ms, 1s. */
 static const uint64_t default_bounds[] = {
@@ -69,6 +70,9 @@ void blk_acct_done(BlockBackend *blk, BlkReq *req, bool failed)
                          &s->unmap_total_time_ns};
 
     blk->last_access_ns = now;
+    if (req->op == BLOCK_OP_WRITE || req->op == BLOCK_OP_WRITE_ZEROES) {
+        s->wr_highest_offset = MAX(s->wr_highest_offset, req->offset + req->bytes);
+    }
     if (failed) {
         (*fails[t])++;
         return;
@@ -95,6 +99,7 @@ void blk_acct_invalid(BlockBackend *blk, BlockOp op)
 /* Context: loop thread */
 void blk_account_invalid(BlockBackend *blk, BlockAcctType type)
 {
+    THREAD_ASSERT_MAIN();
     uint64_t *inv[] = {&blk->stats.invalid_rd_operations, &blk->stats.invalid_wr_operations,
                        &blk->stats.invalid_flush_operations, &blk->stats.invalid_unmap_operations};
 
@@ -119,6 +124,7 @@ void blk_get_stats(BlockBackend *blk, BlockAcctStats *stats)
 /* Context: loop thread; the shards' writer is not running */
 void blk_acct_attach_shards(BlockBackend *blk, BlockAcctShard *shards, unsigned n)
 {
+    THREAD_ASSERT_MAIN();
     blk_acct_detach_shards(blk);
     for (unsigned i = 0; i < n; i++) {
         block_acct_shard_init(&shards[i], &blk->stats);
@@ -130,6 +136,7 @@ void blk_acct_attach_shards(BlockBackend *blk, BlockAcctShard *shards, unsigned 
 /* Context: loop thread; the shards' writer is not running */
 void blk_acct_detach_shards(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     /* Fold them in: the totals of query-blockstats never go backwards. */
     for (unsigned i = 0; i < blk->nshards; i++) {
         block_acct_shard_sum(&blk->shards[i], &blk->stats, &blk->last_access_ns);
@@ -142,6 +149,7 @@ void blk_acct_detach_shards(BlockBackend *blk)
 bool blk_set_latency_histogram(BlockBackend *blk, BlockAcctType type, const uint64_t *bounds,
                                unsigned n, GError **errp)
 {
+    THREAD_ASSERT_MAIN();
     BlockAcctHistogram *h;
 
     if (type >= BLOCK_ACCT__MAX || n > BLOCK_ACCT_HIST_MAX_BOUNDS) {

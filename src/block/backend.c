@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "backend-int.h"
+#include "util/thread-check.h"
 
 /* Context: main loop */
 BlockBackend *blk_new_with_root(BlockNode *root, EventLoop *loop, bool wce)
@@ -28,6 +29,7 @@ BlockBackend *blk_new_with_root(BlockNode *root, EventLoop *loop, bool wce)
 /* Context: main loop */
 void blk_unref(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     if (!blk) {
         return;
     }
@@ -107,7 +109,7 @@ static int blk_check_request(BlockBackend *blk, BlkReq *req)
     }
     if ((req->op == BLOCK_OP_READ || req->op == BLOCK_OP_WRITE) &&
         (req->niov < 0 || (req->niov && !req->iov) ||
-         block_iov_size(req->iov, req->niov) != req->bytes)) {
+         iov_size(req->iov, req->niov) != req->bytes)) {
         return -EINVAL;
     }
     len = bdrv_getlength(blk->root);
@@ -157,6 +159,7 @@ static void blk_submit(BlockBackend *blk, BlockOp op, uint64_t offset, struct io
 void blk_aio_preadv(BlockBackend *blk, uint64_t offset, struct iovec *iov, int niov, uint64_t bytes,
                     unsigned flags, BlockCompletionFunc *cb, void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk_submit(blk, BLOCK_OP_READ, offset, iov, niov, bytes, flags, cb, opaque);
 }
 
@@ -164,12 +167,14 @@ void blk_aio_preadv(BlockBackend *blk, uint64_t offset, struct iovec *iov, int n
 void blk_aio_pwritev(BlockBackend *blk, uint64_t offset, struct iovec *iov, int niov,
                      uint64_t bytes, unsigned flags, BlockCompletionFunc *cb, void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk_submit(blk, BLOCK_OP_WRITE, offset, iov, niov, bytes, flags, cb, opaque);
 }
 
 /* Context: loop thread */
 void blk_aio_flush(BlockBackend *blk, BlockCompletionFunc *cb, void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk_submit(blk, BLOCK_OP_FLUSH, 0, NULL, 0, 0, 0, cb, opaque);
 }
 
@@ -177,6 +182,7 @@ void blk_aio_flush(BlockBackend *blk, BlockCompletionFunc *cb, void *opaque)
 void blk_aio_pdiscard(BlockBackend *blk, uint64_t offset, uint64_t bytes, BlockCompletionFunc *cb,
                       void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk_submit(blk, BLOCK_OP_DISCARD, offset, NULL, 0, bytes, 0, cb, opaque);
 }
 
@@ -184,6 +190,7 @@ void blk_aio_pdiscard(BlockBackend *blk, uint64_t offset, uint64_t bytes, BlockC
 void blk_aio_pwrite_zeroes(BlockBackend *blk, uint64_t offset, uint64_t bytes, unsigned flags,
                            BlockCompletionFunc *cb, void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk_submit(blk, BLOCK_OP_WRITE_ZEROES, offset, NULL, 0, bytes,
                flags & (BLK_REQ_FUA | BLK_REQ_MAY_UNMAP), cb, opaque);
 }
@@ -193,6 +200,7 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, uint64_t offset, uint64_t bytes, u
 /* Context: loop thread */
 void blk_drain(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     while (blk->in_flight > 0) {
         blk_throttle_release_all(blk);
         event_loop_run_once(blk->loop, true);
@@ -202,18 +210,21 @@ void blk_drain(BlockBackend *blk)
 /* Context: loop thread */
 unsigned blk_in_flight(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->in_flight;
 }
 
 /* Context: loop thread */
 int64_t blk_getlength(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return bdrv_getlength(blk->root);
 }
 
 /* Context: loop thread */
 bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
 {
+    THREAD_ASSERT_MAIN();
     if (blk->root->read_only) {
         g_set_error(errp, BLOCK_ERROR, EACCES, "Cannot resize a read-only device");
         return false;
@@ -229,6 +240,7 @@ bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
 /* Context: loop thread */
 void blk_set_event_loop(BlockBackend *blk, EventLoop *loop)
 {
+    THREAD_ASSERT_MAIN();
     if (loop == blk->loop) {
         return;
     }
@@ -243,6 +255,7 @@ void blk_set_event_loop(BlockBackend *blk, EventLoop *loop)
 /* Context: any thread */
 EventLoop *blk_get_event_loop(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->loop;
 }
 
@@ -251,30 +264,35 @@ EventLoop *blk_get_event_loop(BlockBackend *blk)
 /* Context: loop thread */
 bool blk_is_read_only(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->root->read_only;
 }
 
 /* Context: loop thread */
 bool blk_enable_write_cache(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->wce;
 }
 
 /* Context: loop thread */
 void blk_set_enable_write_cache(BlockBackend *blk, bool wce)
 {
+    THREAD_ASSERT_MAIN();
     blk->wce = wce;
 }
 
 /* Context: loop thread */
 uint32_t blk_get_request_alignment(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->root->request_alignment;
 }
 
 /* Context: loop thread */
 uint32_t blk_get_opt_mem_alignment(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return blk->root->opt_mem_align;
 }
 
@@ -294,7 +312,7 @@ const char *blk_root_driver_name(BlockBackend *blk)
 const char *blk_get_filename(BlockBackend *blk)
 {
     for (BlockNode *bs = blk->root; bs; bs = bs->child) {
-        const char *fn = blk_file_node_filename(bs);
+        const char *fn = blk_file_node_filename(bs) ?: blk_nbd_node_filename(bs);
 
         if (fn) {
             return fn;
@@ -306,9 +324,12 @@ const char *blk_get_filename(BlockBackend *blk)
 /* Context: loop thread */
 void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info)
 {
+    THREAD_ASSERT_MAIN();
     *info = (BlockHostInfo){.read_only = blk->root->read_only};
     for (BlockNode *bs = blk->root; bs; bs = bs->child) {
-        if (blk_file_node_host_info(bs, info) || blk_null_node_host_info(bs, info)) {
+        if (blk_file_node_host_info(bs, info) || blk_null_node_host_info(bs, info) ||
+            blk_nbd_node_host_info(bs, info)) {
+            info->no_flush = bs->no_flush;
             return;
         }
         if (bs->drv == &bdrv_blkdebug) {
@@ -317,12 +338,13 @@ void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info)
             info->not_passthrough = "a raw node with offset or size";
         }
     }
-    info->not_passthrough = "no file or null node";
+    info->not_passthrough = "no file, null or nbd node";
 }
 
 /* Context: loop thread */
 void blk_set_device_name(BlockBackend *blk, const char *name)
 {
+    THREAD_ASSERT_MAIN();
     g_free(blk->device);
     blk->device = g_strdup(name ? name : "");
 }
@@ -336,6 +358,7 @@ const char *blk_get_device_name(BlockBackend *blk)
 /* Context: loop thread */
 BlockNode *blk_find_node(BlockBackend *blk, const char *node_name)
 {
+    THREAD_ASSERT_MAIN();
     for (BlockNode *bs = blk->root; bs; bs = bs->child) {
         if (!strcmp(bs->node_name, node_name)) {
             return bs;

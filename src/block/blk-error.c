@@ -11,6 +11,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "backend-int.h"
+#include "util/thread-check.h"
 
 static const char *const action_names[] = {
     [BLOCK_ERR_ACTION_REPORT] = "report",
@@ -36,6 +37,7 @@ bool blk_error_policy_parse(const char *s, BlockErrorPolicy *out, GError **errp)
 /* Context: loop thread */
 void blk_set_error_policy(BlockBackend *blk, BlockErrorPolicy rerror, BlockErrorPolicy werror)
 {
+    THREAD_ASSERT_MAIN();
     blk->on_read_error = rerror;
     blk->on_write_error = werror;
 }
@@ -43,6 +45,7 @@ void blk_set_error_policy(BlockBackend *blk, BlockErrorPolicy rerror, BlockError
 /* Context: loop thread */
 void blk_get_error_policy(BlockBackend *blk, BlockErrorPolicy *rerror, BlockErrorPolicy *werror)
 {
+    THREAD_ASSERT_MAIN();
     *rerror = blk->on_read_error;
     *werror = blk->on_write_error;
 }
@@ -50,6 +53,7 @@ void blk_get_error_policy(BlockBackend *blk, BlockErrorPolicy *rerror, BlockErro
 /* Context: loop thread */
 void blk_set_error_hook(BlockBackend *blk, BlockErrorHook *hook, void *opaque)
 {
+    THREAD_ASSERT_MAIN();
     blk->err_hook = hook;
     blk->err_hook_opaque = opaque;
 }
@@ -57,6 +61,7 @@ void blk_set_error_hook(BlockBackend *blk, BlockErrorHook *hook, void *opaque)
 /* Context: loop thread */
 unsigned blk_parked_count(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return g_queue_get_length(&blk->parked);
 }
 
@@ -147,6 +152,7 @@ void blk_resume_next(BlockBackend *blk)
 /* Context: loop thread */
 void blk_resume_parked(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     if (blk->resuming) {
         return; /* already going through the list */
     }
@@ -157,6 +163,7 @@ void blk_resume_parked(BlockBackend *blk)
 /* Context: loop thread */
 void blk_cancel_parked(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     blk->resuming = false;
     while (!g_queue_is_empty(&blk->parked)) {
         BlkReq *req = g_queue_pop_head(&blk->parked);
@@ -169,6 +176,7 @@ void blk_cancel_parked(BlockBackend *blk)
 /* Context: loop thread */
 void blk_set_quiescing(BlockBackend *blk, bool on)
 {
+    THREAD_ASSERT_MAIN();
     blk->quiescing = on;
     if (on) {
         blk_cancel_parked(blk);

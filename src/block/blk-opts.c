@@ -1,7 +1,9 @@
 /*
  * Creating a BlockBackend from -drive or -blockdev options.
  *
- * -drive is translated into the blockdev shape QEMU builds for it:
+ * -drive (a BlockDriveConf from the command line, or the string keys of
+ * blk_new_from_drive_opts) is translated into the blockdev shape QEMU
+ * builds for it:
  *   driver=raw (format), file.driver=file|host_device|null-co|null-aio,
  *   file.filename=..., file.aio=..., plus cache.direct / cache.no-flush /
  *   read-only / discard on the top node, which its child inherits.
@@ -13,17 +15,32 @@
 #include <sys/stat.h>
 
 #include "backend-int.h"
+#include "util/thread-check.h"
 
-typedef struct CacheMode {
+/* QEMU's cache= modes; the one table (the command line uses it too). */
+static const struct {
     const char *name;
-    bool direct, no_flush, wce;
-} CacheMode;
-
-static const CacheMode cache_modes[] = {
-    {"none", true, false, true},           {"writeback", false, false, true},
-    {"writethrough", false, false, false}, {"directsync", true, false, false},
-    {"unsafe", false, true, true},
+    BlockCacheFlags flags;
+} cache_modes[] = {
+    {"none", {.writeback = true, .direct = true}},
+    {"writeback", {.writeback = true}},
+    {"writethrough", {0}},
+    {"directsync", {.direct = true}},
+    {"unsafe", {.writeback = true, .no_flush = true}},
 };
+
+/* Context: any thread */
+bool blk_parse_cache_mode(const char *mode, BlockCacheFlags *flags, GError **errp)
+{
+    for (unsigned i = 0; i < G_N_ELEMENTS(cache_modes); i++) {
+        if (!strcmp(mode, cache_modes[i].name)) {
+            *flags = cache_modes[i].flags;
+            return true;
+        }
+    }
+    g_set_error(errp, BLOCK_ERROR, EINVAL, "invalid cache option");
+    return false;
+}
 
 /* Keys of -drive that belong to the VMM (device wiring), not to the block layer. */
 static const char *const vmm_keys[] = {"id", "if", "index", "media", "bus", "unit", "serial"};
@@ -64,42 +81,31 @@ static BlockOpts *opts_from_table(GHashTable *t)
     return o;
 }
 
-static bool drive_cache(BlockOpts *in, BlockOpts *out, bool *wce, GError **errp)
+/* cache=, then cache.direct / cache.no-flush / cache.writeback on top of it. */
+static bool drive_cache(BlockOpts *in, BlockCacheFlags *c, GError **errp)
 {
     const char *mode = block_opts_get(in, "cache");
-    const CacheMode *cm = &cache_modes[1]; /* writeback */
-    bool direct, no_flush;
+    BlockCacheFlags cm;
 
-    if (mode) {
-        cm = NULL;
-        for (unsigned i = 0; i < G_N_ELEMENTS(cache_modes); i++) {
-            if (!strcmp(mode, cache_modes[i].name)) {
-                cm = &cache_modes[i];
-            }
-        }
-        if (!cm) {
-            g_set_error(errp, BLOCK_ERROR, EINVAL, "invalid cache option");
-            return false;
-        }
-    }
-    if (!block_opts_get_bool(in, "cache.direct", cm->direct, &direct, errp) ||
-        !block_opts_get_bool(in, "cache.no-flush", cm->no_flush, &no_flush, errp) ||
-        !block_opts_get_bool(in, "cache.writeback", cm->wce, wce, errp)) {
+    blk_parse_cache_mode("writeback", &cm, NULL);
+    if (mode && !blk_parse_cache_mode(mode, &cm, errp)) {
         return false;
     }
-    block_opts_set(out, "cache.direct", direct ? "on" : "off");
-    block_opts_set(out, "cache.no-flush", no_flush ? "on" : "off");
-    return true;
+    return block_opts_get_bool(in, "cache.direct", cm.direct, &c->direct, errp) &&
+           block_opts_get_bool(in, "cache.no-flush", cm.no_flush, &c->no_flush, errp) &&
+           block_opts_get_bool(in, "cache.writeback", cm.writeback, &c->writeback, errp);
 }
 
-static bool drive_file(BlockOpts *in, BlockOpts *out, GError **errp)
+/* The string form of the keys that BlockDriveConf holds. */
+static bool drive_conf_parse(BlockOpts *in, BlockDriveConf *c, GError **errp)
 {
-    const char *file = block_opts_get(in, "file");
+    static const char *const aio[] = {"threads", "native", "io_uring"};
     const char *fmt = block_opts_get(in, "format");
-    const char *aio = block_opts_get(in, "aio");
-    struct stat st;
+    const char *v;
+    bool ro = false, ro2 = false;
 
-    if (!file || !*file) {
+    *c = (BlockDriveConf){.file = block_opts_get(in, "file")};
+    if (!c->file || !*c->file) {
         g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'file' is missing");
         return false;
     }
@@ -107,12 +113,59 @@ static bool drive_file(BlockOpts *in, BlockOpts *out, GError **errp)
         g_set_error(errp, BLOCK_ERROR, EINVAL, "'%s' invalid format", fmt);
         return false;
     }
+    if (!drive_cache(in, &c->cache, errp)) {
+        return false;
+    }
+    v = block_opts_get(in, "aio");
+    for (unsigned i = 0; v && i < G_N_ELEMENTS(aio); i++) {
+        if (!strcmp(v, aio[i])) {
+            c->aio = (BlockAioMode)i;
+            v = NULL;
+        }
+    }
+    if (v) {
+        /* the file node's message, as when it checked the key itself */
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "file: Parameter 'aio' does not accept value '%s'",
+                    v);
+        return false;
+    }
+    if (!block_opts_get_bool(in, "readonly", false, &ro, errp) ||
+        !block_opts_get_bool(in, "read-only", false, &ro2, errp)) {
+        return false;
+    }
+    c->read_only = ro || ro2;
+    v = block_opts_get(in, "discard");
+    c->discard_unmap = v && (!strcmp(v, "unmap") || !strcmp(v, "on"));
+    if (v && !c->discard_unmap && strcmp(v, "ignore") && strcmp(v, "off")) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid discard option");
+        return false;
+    }
+    return true;
+}
+
+/* Context: any thread */
+bool blk_is_nbd_uri(const char *file)
+{
+    return g_str_has_prefix(file, "nbd://") || g_str_has_prefix(file, "nbd+tcp://") ||
+           g_str_has_prefix(file, "nbd+unix://");
+}
+
+/* The node graph of a -drive: raw over file/host_device/null/nbd. */
+static void drive_nodes(const BlockDriveConf *c, BlockOpts *in, BlockOpts *out)
+{
+    static const char *const aio[] = {"threads", "native", "io_uring"};
+    struct stat st;
+
     block_opts_set(out, "driver", "raw");
-    if (g_str_has_prefix(file, "null-co://") || g_str_has_prefix(file, "null-aio://")) {
+    block_opts_set(out, "cache.direct", c->cache.direct ? "on" : "off");
+    block_opts_set(out, "cache.no-flush", c->cache.no_flush ? "on" : "off");
+    block_opts_set(out, "read-only", c->read_only ? "on" : "off");
+    block_opts_set(out, "discard", c->discard_unmap ? "unmap" : "ignore");
+    if (g_str_has_prefix(c->file, "null-co://") || g_str_has_prefix(c->file, "null-aio://")) {
         static const char *const null_keys[] = {"read-zeroes", "size", "latency-ns"};
 
         block_opts_set(out, "file.driver",
-                       g_str_has_prefix(file, "null-co") ? "null-co" : "null-aio");
+                       g_str_has_prefix(c->file, "null-co") ? "null-co" : "null-aio");
         for (unsigned i = 0; i < G_N_ELEMENTS(null_keys); i++) {
             const char *v = block_opts_get(in, null_keys[i]);
 
@@ -122,15 +175,23 @@ static bool drive_file(BlockOpts *in, BlockOpts *out, GError **errp)
                 block_opts_set(out, k, v);
             }
         }
-        return true;
+        return;
+    }
+    if (blk_is_nbd_uri(c->file)) {
+        const char *delay = block_opts_get(in, "reconnect-delay");
+        const char *delay2 = block_opts_get(in, "file.reconnect-delay");
+
+        block_opts_set(out, "file.driver", "nbd");
+        block_opts_set(out, "file.filename", c->file);
+        if (delay2 || delay) {
+            block_opts_set(out, "file.reconnect-delay", delay2 ? delay2 : delay);
+        }
+        return;
     }
     block_opts_set(out, "file.driver",
-                   stat(file, &st) == 0 && S_ISBLK(st.st_mode) ? "host_device" : "file");
-    block_opts_set(out, "file.filename", file);
-    if (aio) {
-        block_opts_set(out, "file.aio", aio);
-    }
-    return true;
+                   stat(c->file, &st) == 0 && S_ISBLK(st.st_mode) ? "host_device" : "file");
+    block_opts_set(out, "file.filename", c->file);
+    block_opts_set(out, "file.aio", aio[c->aio]);
 }
 
 static bool drive_error_policy(BlockOpts *in, BlockErrorPolicy *r, BlockErrorPolicy *w,
@@ -156,16 +217,10 @@ static bool drive_error_policy(BlockOpts *in, BlockErrorPolicy *r, BlockErrorPol
 /* throttling.* keys, and the generic flags copied to the top node. */
 static bool drive_misc(BlockOpts *in, BlockOpts *out, ThrottleLimits *tl, GError **errp)
 {
-    static const char *const copy[] = {"node-name", "discard", "detect-zeroes"};
+    static const char *const copy[] = {"node-name", "detect-zeroes"};
     GHashTableIter it;
     gpointer k, v;
-    bool ro = false, ro2 = false;
 
-    if (!block_opts_get_bool(in, "readonly", false, &ro, errp) ||
-        !block_opts_get_bool(in, "read-only", false, &ro2, errp)) {
-        return false;
-    }
-    block_opts_set(out, "read-only", ro || ro2 ? "on" : "off");
     for (unsigned i = 0; i < G_N_ELEMENTS(copy); i++) {
         const char *val = block_opts_get(in, copy[i]);
 
@@ -194,39 +249,70 @@ static bool drive_misc(BlockOpts *in, BlockOpts *out, ThrottleLimits *tl, GError
     return block_opts_check_unused(in, errp) && throttle_limits_validate(tl, errp);
 }
 
-/* Context: main loop */
-BlockBackend *blk_new_from_drive_opts(GHashTable *opts, EventLoop *loop, GError **errp)
+/* @c opened, with @in the keys left (error policy, throttling, node-name...). */
+static BlockBackend *drive_open(const BlockDriveConf *c, BlockOpts *in, EventLoop *loop,
+                                GError **errp)
 {
-    BlockOpts *in = opts_from_table(opts);
     BlockOpts *out = block_opts_new();
     BlockErrorPolicy rerr, werr;
     BlockBackend *blk = NULL;
     ThrottleLimits tl;
     BlockNode *root;
-    bool wce = true;
 
-    if (!drive_file(in, out, errp) || !drive_cache(in, out, &wce, errp) ||
-        !drive_error_policy(in, &rerr, &werr, errp) || !drive_misc(in, out, &tl, errp)) {
+    drive_nodes(c, in, out);
+    if (!drive_error_policy(in, &rerr, &werr, errp) || !drive_misc(in, out, &tl, errp)) {
         goto out;
     }
     root = bdrv_open(out, loop, false, errp);
     if (!root) {
         goto out;
     }
-    blk = blk_new_with_root(root, loop, wce);
+    blk = blk_new_with_root(root, loop, c->cache.writeback);
     blk_set_error_policy(blk, rerr, werr);
     if (throttle_limits_enabled(&tl)) {
         blk_set_io_limits(blk, &tl, NULL); /* validated above */
     }
 out:
-    block_opts_free(in);
     block_opts_free(out);
+    return blk;
+}
+
+/* Context: main loop */
+BlockBackend *blk_new_from_drive(const BlockDriveConf *conf, GHashTable *extra, EventLoop *loop,
+                                 GError **errp)
+{
+    THREAD_ASSERT_MAIN();
+    BlockOpts *in = opts_from_table(extra);
+    BlockBackend *blk = NULL;
+
+    if (!conf->file || !*conf->file) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'file' is missing");
+    } else {
+        blk = drive_open(conf, in, loop, errp);
+    }
+    block_opts_free(in);
+    return blk;
+}
+
+/* Context: main loop */
+BlockBackend *blk_new_from_drive_opts(GHashTable *opts, EventLoop *loop, GError **errp)
+{
+    THREAD_ASSERT_MAIN();
+    BlockOpts *in = opts_from_table(opts);
+    BlockBackend *blk = NULL;
+    BlockDriveConf c;
+
+    if (drive_conf_parse(in, &c, errp)) {
+        blk = drive_open(&c, in, loop, errp);
+    }
+    block_opts_free(in);
     return blk;
 }
 
 /* Context: main loop */
 BlockBackend *blk_new_from_blockdev_opts(GHashTable *opts, EventLoop *loop, GError **errp)
 {
+    THREAD_ASSERT_MAIN();
     BlockOpts *in = opts_from_table(opts);
     BlockNode *root = bdrv_open(in, loop, false, errp);
     BlockBackend *blk = NULL;

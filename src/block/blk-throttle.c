@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "backend-int.h"
+#include "util/thread-check.h"
 
 static bool throttled_op(BlockOp op, bool *is_write)
 {
@@ -123,6 +124,7 @@ void blk_throttle_cleanup(BlockBackend *blk)
 /* Context: loop thread */
 bool blk_set_io_limits(BlockBackend *blk, const ThrottleLimits *limits, GError **errp)
 {
+    THREAD_ASSERT_MAIN();
     if (!throttle_limits_validate(limits, errp)) {
         return false;
     }
@@ -145,12 +147,14 @@ bool blk_set_io_limits(BlockBackend *blk, const ThrottleLimits *limits, GError *
 /* Context: loop thread */
 void blk_get_throttle_state(BlockBackend *blk, ThrottleState *ts)
 {
+    THREAD_ASSERT_MAIN();
     *ts = blk->ts;
 }
 
 /* Context: loop thread; the throttle queues are empty (drained) */
 void blk_set_throttle_state(BlockBackend *blk, const ThrottleState *ts)
 {
+    THREAD_ASSERT_MAIN();
     blk->ts = *ts;
     blk->throttling = throttle_limits_enabled(&ts->limits);
 }
@@ -158,11 +162,13 @@ void blk_set_throttle_state(BlockBackend *blk, const ThrottleState *ts)
 /* Context: loop thread */
 void blk_get_io_limits(BlockBackend *blk, ThrottleLimits *limits)
 {
+    THREAD_ASSERT_MAIN();
     *limits = blk->ts.limits;
 }
 
 /* Context: loop thread */
 unsigned blk_throttled_count(BlockBackend *blk)
 {
+    THREAD_ASSERT_MAIN();
     return g_queue_get_length(&blk->tq[0]) + g_queue_get_length(&blk->tq[1]);
 }

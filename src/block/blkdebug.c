@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block-int.h"
+#include "util/thread-check.h"
 
 typedef struct BlkdebugRuleState {
     BlkdebugRule rule;
@@ -215,6 +216,7 @@ static bool blkdebug_truncate(BlockNode *bs, uint64_t size, GError **errp)
 /* Context: loop thread */
 bool blkdebug_add_rule(BlockNode *bs, const BlkdebugRule *rule, GError **errp)
 {
+    THREAD_ASSERT_MAIN();
     BlkdebugRuleState *rs;
 
     if (bs->drv != &bdrv_blkdebug) {
@@ -234,6 +236,7 @@ bool blkdebug_add_rule(BlockNode *bs, const BlkdebugRule *rule, GError **errp)
 /* Context: loop thread */
 void blkdebug_clear_rules(BlockNode *bs)
 {
+    THREAD_ASSERT_MAIN();
     if (bs->drv == &bdrv_blkdebug) {
         g_ptr_array_set_size(((BlkdebugState *)bs->opaque)->rules, 0);
     }

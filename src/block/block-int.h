@@ -19,7 +19,8 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "vblk/block.h"
+#include "block/block.h"
+#include "util/iov.h"
 
 #ifndef container_of
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
@@ -91,6 +92,7 @@ extern const BlockDriver bdrv_raw;
 extern const BlockDriver bdrv_null_co;
 extern const BlockDriver bdrv_null_aio;
 extern const BlockDriver bdrv_blkdebug;
+extern const BlockDriver bdrv_nbd;
 
 /* ---- node.c ---- */
 
@@ -113,6 +115,9 @@ const char *blk_file_node_filename(BlockNode *bs);
 /* Fill @info's leaf fields when @bs is a file/host_device (file-posix.c) or null node (null.c). */
 bool blk_file_node_host_info(BlockNode *bs, BlockHostInfo *info);
 bool blk_null_node_host_info(BlockNode *bs, BlockHostInfo *info);
+/* An nbd node (nbd.c): its URI (QEMU's filename), and the server for the dataplane's connection. */
+const char *blk_nbd_node_filename(BlockNode *bs);
+bool blk_nbd_node_host_info(BlockNode *bs, BlockHostInfo *info);
 /* Whether a raw node maps offsets 1:1 onto its child (no offset/size window). */
 bool blk_raw_node_is_identity(BlockNode *bs);
 /* Inherit alignment limits from the child (filters and formats). */
@@ -142,13 +147,5 @@ BlockOpts *block_opts_extract(BlockOpts *o, const char *prefix);
 bool block_opts_check_unused(BlockOpts *o, GError **errp);
 bool block_parse_bool(const char *s, bool *out);
 bool block_parse_size(const char *s, uint64_t *out);
-
-/* ---- small iovec helpers (io.c) ---- */
-
-size_t block_iov_size(const struct iovec *iov, int niov);
-/* Copy between an iovec (starting at byte @skip) and a flat buffer. */
-size_t block_iov_to_buf(const struct iovec *iov, int niov, size_t skip, void *buf, size_t n);
-size_t block_iov_from_buf(const struct iovec *iov, int niov, size_t skip, const void *buf,
-                          size_t n);
 
 #endif /* VBLK_BLOCK_INT_H */

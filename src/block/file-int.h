@@ -9,7 +9,7 @@
 
 #include "block-int.h"
 #include "thread-pool.h"
-#include "vblk/ioq.h"
+#include "ioq/ioq.h"
 
 typedef enum FileAio { FILE_AIO_THREADS, FILE_AIO_NATIVE, FILE_AIO_IO_URING } FileAio;
 

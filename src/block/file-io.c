@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "file-int.h"
+#include "util/error-report.h"
+#include "util/iov.h"
 
 #define ZERO_CHUNK (1u << 20)
 
@@ -28,7 +30,6 @@ typedef struct FileReq {
     IOQReq ioreq;
     FileState *s;
     BlockNodeReq *req;
-    bool fua_pending; /* IOQ: the write is done, its flush is in flight */
 } FileReq;
 
 /* ---- blocking helpers, run in a worker ---- */
@@ -46,20 +47,10 @@ static int do_prwv(int fd, BlockNodeReq *r, bool write)
     }
     while (done < r->bytes) {
         struct iovec local[IOV_MAX];
-        int n = 0;
-        size_t skip = done;
+        /* the iovec tail still to transfer */
+        int n = iov_copy(local, IOV_MAX, r->iov, r->niov, done, r->bytes - done);
         ssize_t got;
 
-        /* the iovec tail still to transfer */
-        for (int i = 0; i < r->niov; i++) {
-            if (skip >= r->iov[i].iov_len) {
-                skip -= r->iov[i].iov_len;
-                continue;
-            }
-            local[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
-            local[n++].iov_len = r->iov[i].iov_len - skip;
-            skip = 0;
-        }
         got = write ? pwritev(fd, local, n, (off_t)(r->offset + done))
                     : preadv(fd, local, n, (off_t)(r->offset + done));
         if (got < 0 && errno == EINTR) {
@@ -72,9 +63,7 @@ static int do_prwv(int fd, BlockNodeReq *r, bool write)
             return -ENOSPC;
         }
         if (got == 0) {
-            for (int i = 0; i < n; i++) {
-                memset(local[i].iov_base, 0, local[i].iov_len);
-            }
+            iov_memset(local, n, 0, 0, SIZE_MAX);
             break;
         }
         done += (uint64_t)got;
@@ -200,26 +189,11 @@ static void pool_done(ThreadPoolItem *item, int ret)
     file_req_finish(container_of(item, FileReq, item), ret);
 }
 
+/* A writethrough write (IOQ_REQ_FUA) arrives here once its flush is done too. */
 static void ioq_done(IOQReq *ior, int ret)
 {
     FileReq *fr = ior->opaque;
-    BlockNode *bs = fr->s->bs;
 
-    if (ret == 0 && !fr->fua_pending && (fr->req->flags & BLK_REQ_FUA) && !bs->no_flush &&
-        (ior->op == IOQ_OP_WRITE || ior->op == IOQ_OP_WRITE_ZEROES)) {
-        /* writethrough: the IOQ orders this flush after the write */
-        fr->fua_pending = true;
-        bs->stats.flushes++;
-        memset(ior, 0, sizeof(*ior));
-        ior->op = IOQ_OP_FLUSH;
-        ior->cb = ioq_done;
-        ior->opaque = fr;
-        ret = ioq_enqueue(fr->s->ioq, ior);
-        if (ret == 0) {
-            event_bh_schedule(fr->s->submit_bh);
-            return;
-        }
-    }
     if (ret == -EOPNOTSUPP && ior->op == IOQ_OP_DISCARD) {
         ret = 0;
     }
@@ -233,7 +207,7 @@ static void ioq_fd_read(void *opaque)
 
     /* clear the eventfd first, then reap: a completion after this re-arms it */
     if (read(ioq_get_fd(s->ioq), &v, sizeof(v)) < 0 && errno != EAGAIN) {
-        g_warning("block: IOQ eventfd read failed: %s", g_strerror(errno));
+        error_report_id(s->filename, "IOQ eventfd read failed: %s", g_strerror(errno));
     }
     ioq_process_completions(s->ioq);
 }
@@ -278,6 +252,7 @@ static void count_op(BlockNode *bs, BlockNodeReq *req)
         break;
     case BLOCK_OP_DISCARD:
         bs->stats.discards++;
+        bs->stats.discard_bytes += req->bytes;
         break;
     case BLOCK_OP_WRITE_ZEROES:
         bs->stats.write_zeroes++;
@@ -310,6 +285,9 @@ static void enqueue_one(FileState *s, FileReq *fr)
     ior->iov = r->iov;
     ior->niov = r->niov;
     ior->may_unmap = (r->flags & BLK_REQ_MAY_UNMAP) != 0;
+    /* writethrough: the IOQ flushes after the write, before completing it */
+    ior->flags =
+        (r->flags & BLK_REQ_FUA) && !s->bs->no_flush && is_write_op(r->op) ? IOQ_REQ_FUA : 0;
     ior->cb = ioq_done;
     ior->opaque = fr;
     ret = ioq_enqueue(s->ioq, ior);
@@ -341,15 +319,8 @@ void file_io_submit(BlockNode *bs, BlockNodeReq *req)
         bdrv_complete_later(bs, req, 0);
         return;
     }
-    if (s->aio == FILE_AIO_THREADS) {
-        count_op(bs, req);
-    } else {
-        /* IOQ path: the FUA flush is counted when it is issued */
-        BlockNodeReq plain = *req;
-
-        plain.flags = 0;
-        count_op(bs, &plain);
-    }
+    /* Both paths count a writethrough write's flush here, when it is asked for. */
+    count_op(bs, req);
     fr = g_new0(FileReq, 1);
     fr->s = s;
     fr->req = req;
@@ -411,7 +382,7 @@ void file_io_attach(BlockNode *bs)
     }
     s->submit_bh = event_bh_new(bs->loop, submit_bh_cb, s);
     if (!event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), &ops, s, &err)) {
-        g_warning("block: cannot watch the IOQ of '%s': %s", s->filename, err->message);
+        error_report_id(s->filename, "cannot watch the IOQ: %s", err->message);
         g_error_free(err);
         return;
     }

@@ -39,59 +39,6 @@ typedef struct BdrvTracked {
     bool zeroes;  /* write-zeroes done as a write of zeroes */
 } BdrvTracked;
 
-/* ---- iovec helpers ---- */
-
-/* Context: any thread */
-size_t block_iov_size(const struct iovec *iov, int niov)
-{
-    size_t n = 0;
-
-    for (int i = 0; i < niov; i++) {
-        n += iov[i].iov_len;
-    }
-    return n;
-}
-
-/* Context: any thread */
-size_t block_iov_to_buf(const struct iovec *iov, int niov, size_t skip, void *buf, size_t n)
-{
-    size_t done = 0;
-
-    for (int i = 0; i < niov && done < n; i++) {
-        size_t len = iov[i].iov_len;
-
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        len = MIN(len - skip, n - done);
-        memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip, len);
-        done += len;
-        skip = 0;
-    }
-    return done;
-}
-
-/* Context: any thread */
-size_t block_iov_from_buf(const struct iovec *iov, int niov, size_t skip, const void *buf, size_t n)
-{
-    size_t done = 0;
-
-    for (int i = 0; i < niov && done < n; i++) {
-        size_t len = iov[i].iov_len;
-
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        len = MIN(len - skip, n - done);
-        memcpy((uint8_t *)iov[i].iov_base + skip, (const uint8_t *)buf + done, len);
-        done += len;
-        skip = 0;
-    }
-    return done;
-}
-
 /* Context: loop thread */
 bool bdrv_iov_aligned(BlockNode *bs, const struct iovec *iov, int niov)
 {
@@ -195,8 +142,8 @@ static void bounce_read_done(BlockNodeReq *r, int ret)
     BdrvTracked *t = r->opaque;
 
     if (ret == 0) {
-        block_iov_from_buf(t->orig->iov, t->orig->niov, 0, t->buf + (t->orig->offset - t->start),
-                           t->orig->bytes);
+        iov_from_buf(t->orig->iov, t->orig->niov, 0, t->buf + (t->orig->offset - t->start),
+                     t->orig->bytes);
     }
     tracked_finish(t, ret);
 }
@@ -209,7 +156,7 @@ static void submit_bounced_write(BdrvTracked *t)
     if (t->zeroes) {
         memset(t->buf + skip, 0, t->orig->bytes);
     } else {
-        block_iov_to_buf(t->orig->iov, t->orig->niov, 0, t->buf + skip, t->orig->bytes);
+        iov_to_buf(t->orig->iov, t->orig->niov, 0, t->buf + skip, t->orig->bytes);
     }
     t->biov = (struct iovec){t->buf, t->end - t->start};
     t->dreq = (BlockNodeReq){

@@ -8,7 +8,7 @@
 #ifndef VBLK_BLOCK_THREAD_POOL_H
 #define VBLK_BLOCK_THREAD_POOL_H
 
-#include "vblk/event.h"
+#include "event/event.h"
 
 typedef struct ThreadPool ThreadPool;
 typedef struct ThreadPoolItem ThreadPoolItem;

@@ -1,16 +1,18 @@
 /*
  * virtio-blk data plane: the glue between the request engine (virtio-blk.c),
  * the IOQ engines (ioq*.c) and an iothread's event loop. See
- * include/vblk/dataplane.h for the lifecycle.
+ * include/dataplane/dataplane.h for the lifecycle.
  *
  * Hot path, all in the iothread:
  *   host notifier readable -> handle_kick() -> process_queue():
- *       virtio_blk_handle_queue() pops every chain with kicks suppressed and
- *       calls dp_submit() per request (fill the IOQReq of the same slot index,
- *       ioq_enqueue) and dp_batch_end() once (ioq_submit: one syscall)
+ *       virtio_blk_queue_process() (shared with the block-layer path) pops
+ *       every chain with kicks suppressed and calls dp_submit() per request
+ *       (fill the IOQReq of the same slot index, ioq_enqueue) and
+ *       dp_batch_end() once per pass (ioq_submit: one syscall)
  *   IOQ eventfd readable -> handle_completions() -> ioq_process_completions()
  *       -> dp_complete() per request (virtio_blk_req_complete) -> one used-idx
- *       publish and at most one irqfd write per queue per batch
+ *       publish and at most one guest notification per queue per batch
+ *       (virtio_blk_queue_notify(), shared too)
  *
  * Throttling (the drive's block_set_io_throttle limits, shared with the block
  * layer through a ThrottleState that moves with the queues): the engine asks
@@ -21,23 +23,38 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
-#include "vblk/dataplane.h"
+#include "dataplane/dataplane.h"
+#include "util/thread-check.h"
 
 #define DATAPLANE_ERROR g_quark_from_static_string("vblk-dataplane-error")
+
+/*
+ * Thread context, asserted (compiled out with NDEBUG). The control thread is
+ * whoever holds the BQL (main loop or a vCPU at a status write), so what is
+ * checked is that it is not the iothread: iothread_run_sync() from there
+ * would deadlock. The iothread's own handlers check that the queues are
+ * theirs (dp->owner, bound in start_in_thread, cleared in stop_in_thread).
+ */
+#define DP_ASSERT_CONTROL(dp)                                                                      \
+    do {                                                                                           \
+        THREAD_ASSERT_MAIN();                                                                      \
+        assert(!event_loop_in_owner((dp)->loop));                                                  \
+    } while (0)
+#define DP_ASSERT_IOTHREAD(dp) THREAD_OWNER_ASSERT(&(dp)->owner)
 
 typedef struct DPQueue {
     struct DataPlane *dp;
     unsigned idx;
     VirtIOBlkQueue *q;
     int host_fd;
-    int guest_fd;
-    uint8_t *isr;
+    GuestNotifier notifier;
     IOQReq *ioreqs;    /* one per request slot, indexed by VirtIOBlkReq.idx */
     int64_t *start_ns; /* per slot: when it was submitted (latency accounting) */
     BlockAcctShard *acct;
@@ -48,6 +65,7 @@ typedef struct DPQueue {
 
 struct DataPlane {
     VirtIOBlk *blk;
+    bool no_flush; /* cache.no-flush */
     IOThread *iothread;
     EventLoop *loop;
     IOQ *ioq;
@@ -60,6 +78,7 @@ struct DataPlane {
     ThrottleState ts;       /* iothread while started, else the control thread */
     bool throttling;        /* any limit set (same owner as ts) */
     BlockAcctShard *acct;   /* one per queue */
+    ThreadOwner owner;      /* the iothread while started */
     DPQueue queues[];
 };
 
@@ -100,53 +119,29 @@ static void dp_complete(IOQReq *ior, int ret)
     VirtIOBlkReq *req = ior->opaque;
     DPQueue *dq = req->exec_opaque;
     DataPlane *dp = dq->dp;
-    int64_t now;
+    int64_t now = event_clock_ns();
 
-    /*
-     * Writethrough (the guest turned the write cache off, or never got
-     * FLUSH): a write completes only once it is stable, so chain a flush on
-     * the same slot. The IOQ orders it after this write.
-     */
-    if (ret == 0 && ior->op == IOQ_OP_WRITE && !virtio_blk_get_writeback(dp->blk)) {
-        ior->op = IOQ_OP_FLUSH;
-        ior->offset = 0;
-        ior->len = 0;
-        ior->iov = NULL;
-        ior->niov = 0;
-        ret = ioq_enqueue(dp->ioq, ior);
-        if (ret == 0) {
-            return; /* submitted by the caller of process_completions */
-        }
-    }
-    now = event_clock_ns();
-    /* req->op, not ior->op: a writethrough write is accounted as the write. */
+    /* A writethrough write (IOQ_REQ_FUA) is accounted once, as the write, flush included. */
     block_acct_shard_done(dq->acct, acct_map[req->op], req->len,
                           (uint64_t)MAX(now - dq->start_ns[req->idx], 0), ret < 0, now);
+    if (ret == 0 && (req->op == VIRTIO_BLK_OP_WRITE || req->op == VIRTIO_BLK_OP_WRITE_ZEROES)) {
+        block_acct_shard_write_end(dq->acct, req->offset + req->len); /* wr_highest_offset */
+    }
     virtio_blk_req_complete(req, ret);
     dp->touched |= 1ull << dq->idx;
     stat_add(&dq->st.completed, 1);
     stat_add(&dq->st.inflight, (uint64_t)-1);
 }
 
-/* Publish completions of the touched queues; one irqfd write per queue. */
+/* Publish completions of the touched queues; at most one interrupt per queue. */
 static void notify_guests(DataPlane *dp)
 {
-    static const uint64_t one = 1;
-
     while (dp->touched) {
         DPQueue *dq = &dp->queues[__builtin_ctzll(dp->touched)];
         uint64_t t0 = __rdtsc();
 
         dp->touched &= dp->touched - 1;
-        if (virtio_blk_queue_flush(dq->q)) {
-            if (dq->isr) {
-                /* INTx guests read the reason from the ISR (virtio-pci 4.1.4.5). */
-                __atomic_or_fetch(dq->isr, 1, __ATOMIC_SEQ_CST);
-            }
-            /* Best effort: a full eventfd counter still means "pending". */
-            if (write(dq->guest_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
-                g_warning("dataplane: guest notifier write failed: %s", g_strerror(errno));
-            }
+        if (virtio_blk_queue_notify(dq->q, &dq->notifier)) {
             stat_add(&dq->st.irqs, 1);
         } else {
             stat_add(&dq->st.irqs_suppressed, 1);
@@ -170,10 +165,24 @@ static void dp_submit(void *opaque, VirtIOBlkReq *req)
     ior->iov = req->iov;
     ior->niov = (int)req->niov;
     ior->may_unmap = req->unmap;
+    /*
+     * Writethrough (the guest turned the write cache off, or never got
+     * FLUSH): a write completes only once it is stable; the IOQ flushes after
+     * it. Write-zeroes too, as QEMU's block layer makes every write FUA.
+     * cache.no-flush: no flush ever reaches the disk, this one neither.
+     */
+    ior->flags = (req->op == VIRTIO_BLK_OP_WRITE || req->op == VIRTIO_BLK_OP_WRITE_ZEROES) &&
+                         !virtio_blk_get_writeback(dq->dp->blk) && !dq->dp->no_flush
+                     ? IOQ_REQ_FUA
+                     : 0;
     ior->cb = dp_complete;
     ior->opaque = req;
     dq->start_ns[req->idx] = dq->dp->now_ns;
     stat_add(&dq->st.inflight, 1);
+    if (req->op == VIRTIO_BLK_OP_FLUSH && dq->dp->no_flush) {
+        dp_complete(ior, 0); /* cache.no-flush: done, as QEMU's cache=unsafe */
+        return;
+    }
     ret = ioq_enqueue(dq->dp->ioq, ior);
     if (ret < 0) {
         /* Refused up front (e.g. misaligned for O_DIRECT): an I/O error. */
@@ -191,7 +200,7 @@ static void dp_batch_end(void *opaque)
     uint64_t t0 = __rdtsc();
 
     ioq_submit(dq->dp->ioq);
-    dq->dp->submit_cycles = __rdtsc() - t0;
+    dq->dp->submit_cycles += __rdtsc() - t0;
 }
 
 /*
@@ -240,27 +249,22 @@ static const VirtIOBlkExecOps dp_exec_ops = {
 static bool process_queue(DPQueue *dq)
 {
     DataPlane *dp = dq->dp;
-    unsigned popped, total = 0;
+    uint64_t t0 = __rdtsc(), t1;
+    unsigned popped, passes;
 
-    do {
-        uint64_t t0 = __rdtsc(), t1;
-
-        dp->submit_cycles = 0;
-        dp->now_ns = event_clock_ns(); /* one clock read per pass: throttle, latency */
-        popped = virtio_blk_handle_queue(dq->q);
-        t1 = __rdtsc();
-        if (popped) {
-            stat_add(&dq->st.requests, popped);
-            stat_add(&dq->st.batches, 1);
-            stat_add(&dq->st.cycles_submit, dp->submit_cycles);
-            stat_add(&dq->st.cycles_pop, t1 - t0 - dp->submit_cycles);
-            dp->touched |= 1ull << dq->idx; /* inline completions (GET_ID, errors) */
-        }
-        total += popped;
-        /* A pass stops at the queue size; continue while it makes progress. */
-    } while (popped && virtio_blk_queue_pending(dq->q));
+    dp->submit_cycles = 0;
+    dp->now_ns = event_clock_ns(); /* one clock read per kick: throttle, latency */
+    popped = virtio_blk_queue_process(dq->q, &passes);
+    t1 = __rdtsc();
+    if (popped) {
+        stat_add(&dq->st.requests, popped);
+        stat_add(&dq->st.batches, passes);
+        stat_add(&dq->st.cycles_submit, dp->submit_cycles);
+        stat_add(&dq->st.cycles_pop, t1 - t0 - dp->submit_cycles);
+        dp->touched |= 1ull << dq->idx; /* inline completions (GET_ID, errors) */
+    }
     notify_guests(dp);
-    return total > 0;
+    return popped > 0;
 }
 
 static void handle_kick(void *opaque)
@@ -268,6 +272,7 @@ static void handle_kick(void *opaque)
     DPQueue *dq = opaque;
     uint64_t cnt;
 
+    DP_ASSERT_IOTHREAD(dq->dp);
     /* Clear the doorbell first: a kick after this read wakes us again. */
     if (read(dq->host_fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
         return;
@@ -283,6 +288,7 @@ static void throttle_timer_cb(void *opaque)
 {
     DPQueue *dq = opaque;
 
+    DP_ASSERT_IOTHREAD(dq->dp);
     dq->throttled = false;
     process_queue(dq); /* may throttle again and re-arm */
 }
@@ -292,6 +298,7 @@ static bool poll_queue(void *opaque)
 {
     DPQueue *dq = opaque;
 
+    DP_ASSERT_IOTHREAD(dq->dp);
     if (dq->throttled || !virtqueue_has_avail(virtio_blk_queue_get_vq(dq->q))) {
         return false;
     }
@@ -329,7 +336,6 @@ static void reap(DataPlane *dp)
     uint64_t touched, share;
 
     n = ioq_process_completions(dp->ioq);
-    ioq_submit(dp->ioq); /* writethrough flushes chained by dp_complete */
     if (!n) {
         return;
     }
@@ -354,11 +360,9 @@ static void reap(DataPlane *dp)
 static void handle_completions(void *opaque)
 {
     DataPlane *dp = opaque;
-    uint64_t cnt;
 
-    if (read(ioq_get_fd(dp->ioq), &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
-        return;
-    }
+    DP_ASSERT_IOTHREAD(dp);
+    ioq_clear_fd(dp->ioq); /* first: a completion after this wakes us again */
     reap(dp);
 }
 
@@ -366,6 +370,7 @@ static bool poll_completions(void *opaque)
 {
     DataPlane *dp = opaque;
 
+    DP_ASSERT_IOTHREAD(dp);
     /* Peek without a syscall (AIO ring / io_uring CQ); reap only when ready. */
     if (!ioq_inflight(dp->ioq) || !ioq_completions_ready(dp->ioq)) {
         return false;
@@ -373,7 +378,6 @@ static bool poll_completions(void *opaque)
     if (!ioq_process_completions(dp->ioq)) {
         return false;
     }
-    ioq_submit(dp->ioq);
     notify_guests(dp);
     return true;
 }
@@ -412,11 +416,13 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
     IOQConfig ioqc = conf->ioq;
     ThrottleLimits ts_limits;
 
+    assert(!conf->iothread || !event_loop_in_owner(iothread_get_loop(conf->iothread)));
     if (!conf->blk || !conf->iothread || conf->num_queues == 0 ||
         conf->num_queues > DATAPLANE_MAX_QUEUES || conf->queue_size == 0 ||
         conf->queue_size > VIRTIO_BLK_MAX_QUEUE_SIZE) {
-        g_set_error(errp, DATAPLANE_ERROR, 0, "dataplane: invalid configuration (%u queues of %u)",
-                    conf->num_queues, conf->queue_size);
+        g_set_error(errp, DATAPLANE_ERROR, EINVAL,
+                    "dataplane: invalid configuration (%u queues of %u)", conf->num_queues,
+                    conf->queue_size);
         return NULL;
     }
     if (!ioqc.queue_depth) {
@@ -424,6 +430,7 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
     }
     dp = g_malloc0(sizeof(*dp) + conf->num_queues * sizeof(DPQueue));
     dp->blk = conf->blk;
+    dp->no_flush = conf->no_flush;
     dp->iothread = conf->iothread;
     dp->loop = iothread_get_loop(conf->iothread);
     dp->nq = conf->num_queues;
@@ -440,7 +447,7 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         dp->queues[i].dp = dp;
         dp->queues[i].idx = i;
         dp->queues[i].host_fd = -1;
-        dp->queues[i].guest_fd = -1;
+        dp->queues[i].notifier.fd = -1;
         dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
         dp->queues[i].start_ns = g_new0(int64_t, dp->qsize);
         dp->queues[i].acct = &dp->acct[i];
@@ -462,7 +469,12 @@ static void start_in_thread(void *opaque)
     StartArgs *a = opaque;
     DataPlane *dp = a->dp;
 
+    /* The queues and the IOQ are this thread's until stop_in_thread. */
+    thread_owner_set(&dp->owner);
+    ioq_bind_thread(dp->ioq);
     if (!event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), &completion_ops, dp, &a->err)) {
+        ioq_unbind_thread(dp->ioq);
+        thread_owner_clear(&dp->owner);
         return;
     }
     for (unsigned i = 0; i < dp->nq; i++) {
@@ -472,6 +484,8 @@ static void start_in_thread(void *opaque)
                 event_loop_set_fd_handler(dp->loop, dp->queues[i].host_fd, NULL, NULL, NULL);
             }
             event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), NULL, NULL, NULL);
+            ioq_unbind_thread(dp->ioq);
+            thread_owner_clear(&dp->owner);
             return;
         }
     }
@@ -486,11 +500,12 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
 {
     StartArgs a = {.dp = dp};
 
+    DP_ASSERT_CONTROL(dp);
     if (dp->started) {
         return true;
     }
     if (n != dp->nq) {
-        g_set_error(errp, DATAPLANE_ERROR, 0, "dataplane: %u queues given, %u configured", n,
+        g_set_error(errp, DATAPLANE_ERROR, EINVAL, "dataplane: %u queues given, %u configured", n,
                     dp->nq);
         return false;
     }
@@ -498,7 +513,7 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
         VirtQueue *vq = virtio_blk_queue_get_vq(queues[i].q);
 
         if (virtqueue_num(vq) > dp->qsize || virtio_blk_queue_inflight(queues[i].q)) {
-            g_set_error(errp, DATAPLANE_ERROR, 0,
+            g_set_error(errp, DATAPLANE_ERROR, EBUSY,
                         "dataplane: queue %u is larger than %u or has requests in flight", i,
                         dp->qsize);
             return false;
@@ -509,11 +524,10 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
 
         dq->q = queues[i].q;
         dq->host_fd = queues[i].host_notifier;
-        dq->guest_fd = queues[i].guest_notifier;
-        dq->isr = queues[i].isr;
+        dq->notifier = queues[i].notifier;
         /* Both notifiers are read/written without ever blocking the iothread. */
         fcntl(dq->host_fd, F_SETFL, fcntl(dq->host_fd, F_GETFL) | O_NONBLOCK);
-        fcntl(dq->guest_fd, F_SETFL, fcntl(dq->guest_fd, F_GETFL) | O_NONBLOCK);
+        guest_notifier_set_nonblocking(&dq->notifier);
         virtqueue_invalidate_signalled_used(virtio_blk_queue_get_vq(dq->q));
         virtio_blk_queue_set_exec(dq->q, &dp_exec_ops, dq);
     }
@@ -530,15 +544,12 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
     return true;
 }
 
-/* Wait for every request, including flushes chained by writethrough completions. */
+/* Wait for every request (a writethrough write until its flush is done). */
 static void drain_in_thread(void *opaque)
 {
     DataPlane *dp = opaque;
 
-    while (ioq_inflight(dp->ioq)) {
-        ioq_submit(dp->ioq);
-        ioq_drain(dp->ioq);
-    }
+    ioq_drain(dp->ioq);
     notify_guests(dp);
 }
 
@@ -563,11 +574,15 @@ static void stop_in_thread(void *opaque)
     }
     drain_in_thread(dp);
     event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), NULL, NULL, NULL);
+    /* Hand-over: the queues go back to the control thread. */
+    ioq_unbind_thread(dp->ioq);
+    thread_owner_clear(&dp->owner);
 }
 
 /* Context: control thread */
 void dataplane_stop(DataPlane *dp)
 {
+    DP_ASSERT_CONTROL(dp);
     if (!dp->started) {
         return;
     }
@@ -586,6 +601,7 @@ void dataplane_stop(DataPlane *dp)
 /* Context: control thread */
 void dataplane_drain(DataPlane *dp)
 {
+    DP_ASSERT_CONTROL(dp);
     if (dp->started) {
         iothread_run_sync(dp->iothread, drain_in_thread, dp);
     }
@@ -602,6 +618,7 @@ void dataplane_destroy(DataPlane *dp)
     if (!dp) {
         return;
     }
+    DP_ASSERT_CONTROL(dp);
     dataplane_stop(dp);
     iothread_run_sync(dp->iothread, free_ioq_in_thread, dp->ioq);
     iothread_run_sync(dp->iothread, timers_free_in_thread, dp);
@@ -652,6 +669,7 @@ void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
 /* Context: control thread */
 BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n)
 {
+    DP_ASSERT_CONTROL(dp);
     *n = dp->nq;
     return dp->acct;
 }
@@ -692,6 +710,7 @@ void dataplane_set_throttle_state(DataPlane *dp, const ThrottleState *ts)
 {
     ThrottleArgs a = {.dp = dp, .ts = (ThrottleState *)ts};
 
+    DP_ASSERT_CONTROL(dp);
     if (!dp->started) {
         /* Not running: dataplane_start's hand-over publishes it to the iothread. */
         dp->ts = *ts;
@@ -707,6 +726,7 @@ void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts)
 {
     ThrottleArgs a = {.dp = dp, .ts = ts};
 
+    DP_ASSERT_CONTROL(dp);
     if (!dp->started) {
         *ts = dp->ts;
         return;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "loop-internal.h"
+#include "util/debug-state.h"
 
 struct IOThread {
     EventLoop *loop;
@@ -19,7 +20,19 @@ struct IOThread {
     bool running;  /* created and not yet joined (control thread only) */
     bool stopping; /* written by stop_bh inside the thread */
     int tid;       /* the thread's Linux TID, published once it runs */
+    char *name;
 };
+
+/* The debug-state line of one iothread (util/debug-state.h). Context: any thread. */
+static void iothread_debug_state(GString *out, void *opaque)
+{
+    IOThread *t = opaque;
+
+    g_string_append_printf(out, "iothread %s (thread %d): ", t->name ? t->name : "?",
+                           iothread_get_thread_id(t));
+    event_loop_debug_state(t->loop, out);
+    g_string_append_c(out, '\n');
+}
 
 typedef struct RunSync {
     IOThreadFunc *fn;
@@ -81,6 +94,8 @@ IOThread *iothread_new(const char *name, GError **errp)
         return NULL;
     }
     t->running = true;
+    t->name = g_strdup(name);
+    debug_state_register(iothread_debug_state, t);
     if (name) {
         char short_name[16];
         g_strlcpy(short_name, name, sizeof(short_name));
@@ -149,9 +164,11 @@ void iothread_free(IOThread *t)
     if (!t) {
         return;
     }
+    debug_state_unregister(iothread_debug_state, t);
     iothread_stop(t);
     event_bh_delete(t->stop_bh);
     event_loop_free(t->loop);
+    g_free(t->name);
     g_free(t);
 }
 

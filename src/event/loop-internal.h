@@ -6,7 +6,7 @@
 #ifndef EVENT_LOOP_INTERNAL_H
 #define EVENT_LOOP_INTERNAL_H
 
-#include "vblk/event.h"
+#include "event/event.h"
 
 enum {
     BH_PENDING = 1 << 0,   /* on loop->bh_pending */
@@ -68,6 +68,9 @@ struct EventLoop {
     bool poll_started;
 
     EventLoopStats stats;
+    /* Debug state: set by the owner around a blocking epoll_wait (event_clock_ns). */
+    int64_t wait_enter_ns;
+    int64_t wait_leave_ns;
 };
 
 bool loop_add_internal(EventLoop *loop, int fd, EventHandler *read, GError **errp);

@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -499,7 +500,13 @@ bool event_loop_run_once(EventLoop *loop, bool blocking)
         }
     }
 
+    if (timeout) {
+        __atomic_store_n(&loop->wait_enter_ns, event_clock_ns(), __ATOMIC_RELAXED);
+    }
     n = epoll_wait(loop->epfd, events, LOOP_MAX_EVENTS, timeout);
+    if (timeout) {
+        __atomic_store_n(&loop->wait_leave_ns, event_clock_ns(), __ATOMIC_RELAXED);
+    }
 
     if (blocking && !progress) {
         /* Release: our reads of shared state above happen before a notifier
@@ -553,4 +560,28 @@ void event_loop_get_stats(EventLoop *loop, EventLoopStats *s)
     s->bh_runs = __atomic_load_n(&loop->stats.bh_runs, __ATOMIC_RELAXED);
     s->poll_success = __atomic_load_n(&loop->stats.poll_success, __ATOMIC_RELAXED);
     s->poll_ns = __atomic_load_n(&loop->stats.poll_ns, __ATOMIC_RELAXED);
+}
+
+/* Context: any thread. */
+void event_loop_debug_state(EventLoop *loop, GString *out)
+{
+    int64_t now = event_clock_ns();
+    int64_t enter = __atomic_load_n(&loop->wait_enter_ns, __ATOMIC_RELAXED);
+    int64_t leave = __atomic_load_n(&loop->wait_leave_ns, __ATOMIC_RELAXED);
+    EventLoopStats st;
+
+    event_loop_get_stats(loop, &st);
+    if (enter > leave) {
+        g_string_append_printf(out, "waiting in epoll_wait for %" PRId64 " ms", (now - enter) / 1000000);
+    } else if (leave) {
+        g_string_append_printf(out, "running for %" PRId64 " ms since its last wait",
+                               (now - leave) / 1000000);
+    } else {
+        g_string_append(out, "has not waited yet");
+    }
+    g_string_append_printf(out,
+                           "; %" PRIu64 " iterations, %" PRIu64 " blocking waits, %" PRIu64
+                           " BHs run, bottom half pending: %s",
+                           st.iterations, st.blocking_waits, st.bh_runs,
+                           loop_bh_pending(loop) ? "yes" : "no");
 }

@@ -10,7 +10,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "vblk/event.h"
+#include "event/event.h"
 
 /* Context: any thread. */
 bool event_notifier_init(EventNotifier *e, bool active, GError **errp)

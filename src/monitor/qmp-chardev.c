@@ -129,6 +129,10 @@ static bool parse_keyvals(GPtrArray *parts, guint first, QmpChardevOpts *o, bool
             *slot = g_strdup(val);
         } else if (chardev && !strcmp(k, "signal") && o->kind == QMP_CHR_STDIO) {
             continue;
+        } else if (chardev && !strcmp(k, "telnet")) {
+            if (!parse_bool(k, val, &o->telnet, errp)) {
+                return false;
+            }
         } else if (!parse_flag(o, k, val, &wait_set, errp)) {
             return false;
         }
@@ -148,10 +152,16 @@ bool qmp_parse_qmp_arg(const char *value, QmpChardevOpts *out, GError **errp)
     } else if (g_str_has_prefix(be, "unix:") && be[5]) {
         out->kind = QMP_CHR_UNIX;
         out->path = g_strdup(be + 5);
-    } else if (g_str_has_prefix(be, "tcp:")) {
+    } else if (g_str_has_prefix(be, "tcp:") || g_str_has_prefix(be, "telnet:")) {
         out->kind = QMP_CHR_TCP;
-        if (!parse_tcp_addr(be + 4, out, errp)) {
+        out->telnet = be[0] == 't' && be[1] == 'e';
+        if (!parse_tcp_addr(be + (out->telnet ? 7 : 4), out, errp)) {
             return false;
+        }
+        if (out->telnet && !*out->host) {
+            /* The human monitor runs every command: not on every interface by default. */
+            g_free(out->host);
+            out->host = g_strdup("127.0.0.1");
         }
     } else {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
@@ -269,9 +279,9 @@ QmpMonitor *qmp_monitor_add_mon(const char *value, GError **errp)
             return NULL;
         }
     }
-    if (strcmp(mode, "control")) {
+    if (strcmp(mode, "control") && strcmp(mode, "readline")) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "mode=%s is not supported, only mode=control (QMP)", mode);
+                    "Parameter 'mode' does not accept value '%s'", mode);
         return NULL;
     }
     o = chr && qmp_chardevs ? g_hash_table_lookup(qmp_chardevs, chr) : NULL;
@@ -279,7 +289,7 @@ QmpMonitor *qmp_monitor_add_mon(const char *value, GError **errp)
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "chardev \"%s\" not found", chr ? chr : "");
         return NULL;
     }
-    return qmp_monitor_open(o, errp);
+    return qmp_monitor_open_mode(o, !strcmp(mode, "readline"), errp);
 }
 
 /* Context: main thread (command line) */
@@ -292,6 +302,20 @@ QmpMonitor *qmp_monitor_add_qmp(const char *value, GError **errp)
         return NULL;
     }
     mon = qmp_monitor_open(&o, errp);
+    qmp_chardev_opts_clear(&o);
+    return mon;
+}
+
+/* Context: main thread (command line) */
+QmpMonitor *qmp_monitor_add_hmp(const char *value, GError **errp)
+{
+    QmpChardevOpts o;
+    QmpMonitor *mon;
+
+    if (!qmp_parse_qmp_arg(value, &o, errp)) {
+        return NULL;
+    }
+    mon = qmp_monitor_open_mode(&o, true, errp);
     qmp_chardev_opts_clear(&o);
     return mon;
 }

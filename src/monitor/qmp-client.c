@@ -14,14 +14,20 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <termios.h>
 #include <unistd.h>
 #include <glib-unix.h>
 #include "qmp-internal.h"
+#include "util/error-report.h"
 
 struct QmpMonitor {
     QmpChardevOpts opts;
+    bool hmp;     /* the human monitor (mode=readline) instead of QMP */
+    bool mux;     /* HMP behind the machine console's Ctrl-a c (focus markers in the input) */
+    bool raw_tty; /* stdio HMP on a terminal: put in raw mode, restored at close */
     int listen_fd;
     GSource *listen_src;
     GList *clients;
@@ -46,6 +52,7 @@ struct QmpClient {
     GByteArray *in;
     GString *out;
     size_t out_pos;
+    HmpSession *hmp; /* HMP connection: its line editor */
 };
 
 static GList *qmp_monitors;
@@ -69,6 +76,7 @@ void qmp_client_unref(QmpClient *c)
         return;
     }
     json_stream_destroy(&c->js);
+    hmp_session_free(c->hmp);
     g_byte_array_free(c->in, TRUE);
     g_string_free(c->out, TRUE);
     g_free(c);
@@ -184,8 +192,8 @@ static void client_send_line(QmpClient *c, const char *line, size_t len)
     }
     if (c->out->len - c->out_pos + len > QMP_MAX_OUTBUF) {
         /* A client that never reads must not make us buffer without bound. */
-        fprintf(stderr, "vblk: qmp: dropping client with %zu bytes of unread output\n",
-                c->out->len - c->out_pos);
+        warn_report_id("qmp", "dropping client with %zu bytes of unread output",
+                       c->out->len - c->out_pos);
         client_close(c);
         return;
     }
@@ -202,6 +210,12 @@ void qmp_client_send(QmpClient *c, JsonNode *msg)
     g_string_append(line, "\r\n");
     client_send_line(c, line->str, line->len);
     g_string_free(line, TRUE);
+}
+
+/* Context: monitor thread */
+void qmp_client_write(QmpClient *c, const char *buf, size_t len)
+{
+    client_send_line(c, buf, len);
 }
 
 /* Context: monitor thread */
@@ -244,7 +258,13 @@ static void client_process(QmpClient *c)
     size_t pos = 0;
 
     qmp_client_ref(c);
-    while (!c->closed && !c->busy && pos < c->in->len) {
+    while (c->hmp && !c->closed && !c->busy && pos < c->in->len) {
+        bool busy = false;
+
+        pos += hmp_session_feed(c->hmp, c->in->data + pos, c->in->len - pos, &busy);
+        c->busy = busy;
+    }
+    while (!c->hmp && !c->closed && !c->busy && pos < c->in->len) {
         JsonStreamEvent ev;
         char *err = NULL;
 
@@ -335,6 +355,10 @@ static void client_new(QmpMonitor *mon, int rfd, int wfd, bool is_socket)
     }
     g_source_attach(c->src, qmp_context());
     mon->clients = g_list_append(mon->clients, c);
+    if (mon->hmp) {
+        c->hmp = hmp_session_new(c, mon->opts.telnet, mon->mux);
+        return;
+    }
     greeting = qmp_greeting(mon->oob_offered);
     qmp_client_send(c, greeting);
     json_node_unref(greeting);
@@ -349,8 +373,8 @@ static void client_close(QmpClient *c)
     g_source_destroy(c->src);
     g_source_unref(c->src);
     c->src = NULL;
-    if (c->is_socket) {
-        close(c->rfd);
+    if (c->is_socket || (c->mon && c->mon->mux)) {
+        close(c->rfd); /* a socket, or the console's pipe */
     }
     if (c->mon) {
         c->mon->clients = g_list_remove(c->mon->clients, c);
@@ -395,9 +419,11 @@ static void monitor_wait_first(QmpMonitor *mon)
     struct pollfd pfd = {.fd = mon->listen_fd, .events = POLLIN};
     int fd = -1;
 
-    fprintf(stderr, "vblk: QMP waiting for connection on %s%s\n",
-            mon->opts.kind == QMP_CHR_UNIX ? "unix:" : "tcp:",
-            mon->opts.kind == QMP_CHR_UNIX ? mon->opts.path : mon->opts.port);
+    info_report("%s waiting for connection on %s%s", mon->hmp ? "HMP" : "QMP",
+                mon->opts.kind == QMP_CHR_UNIX ? "unix:"
+                : mon->opts.telnet             ? "telnet:"
+                                               : "tcp:",
+                mon->opts.kind == QMP_CHR_UNIX ? mon->opts.path : mon->opts.port);
     while (fd < 0) {
         if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
             return;
@@ -433,18 +459,63 @@ static void copy_opts(QmpChardevOpts *dst, const QmpChardevOpts *src)
     dst->port = g_strdup(src->port);
 }
 
-/* Context: monitor thread */
-QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
+static struct termios hmp_saved_tty;
+static bool hmp_tty_raw;
+
+/* Context: monitor thread, or exit() */
+static void stdin_restore_tty(void)
+{
+    if (hmp_tty_raw) {
+        hmp_tty_raw = false;
+        tcsetattr(0, TCSANOW, &hmp_saved_tty);
+    }
+}
+
+/* A terminal on stdin: raw, so that the line editor sees every key (QEMU does the same). */
+static bool stdin_make_raw(void)
+{
+    static bool atexit_done;
+    struct termios tty;
+
+    if (hmp_tty_raw || !isatty(0) || tcgetattr(0, &hmp_saved_tty) < 0) {
+        return false;
+    }
+    tty = hmp_saved_tty;
+    tty.c_iflag &= ~(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR | ICRNL | IXON);
+    tty.c_lflag &= ~(ECHO | ECHONL | ICANON | IEXTEN);
+    tty.c_cc[VMIN] = 1;
+    tty.c_cc[VTIME] = 0;
+    if (tcsetattr(0, TCSANOW, &tty) < 0) {
+        return false;
+    }
+    hmp_tty_raw = true;
+    if (!atexit_done) {
+        atexit_done = true;
+        atexit(stdin_restore_tty); /* an exit() that skips qmp_cleanup() */
+    }
+    return true;
+}
+
+static QmpMonitor *monitor_open(const QmpChardevOpts *opts, bool hmp, int rfd, int wfd,
+                                GError **errp)
 {
     QmpMonitor *mon = g_new0(QmpMonitor, 1);
 
     g_return_val_if_fail(qmp_context(), NULL);
     copy_opts(&mon->opts, opts);
+    mon->hmp = hmp;
     mon->listen_fd = -1;
     mon->port = -1;
     qmp_monitors = g_list_append(qmp_monitors, mon);
     /* QEMU 7.2 offers oob on every QMP monitor, stdio included (checked). */
     mon->oob_offered = true;
+    if (rfd >= 0) {
+        /* The machine console's mux: input from its pipe, output to the terminal. */
+        mon->mux = true;
+        set_nonblock(rfd);
+        client_new(mon, rfd, wfd, false);
+        return mon;
+    }
     if (opts->kind == QMP_CHR_STDIO) {
         set_nonblock(0);
         set_nonblock(1);
@@ -453,6 +524,7 @@ QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
         if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
             signal(SIGPIPE, SIG_IGN);
         }
+        mon->raw_tty = hmp && stdin_make_raw();
         client_new(mon, 0, 1, false);
         return mon;
     }
@@ -469,6 +541,26 @@ QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
         monitor_wait_first(mon);
     }
     return mon;
+}
+
+/* Context: monitor thread */
+QmpMonitor *qmp_monitor_open(const QmpChardevOpts *opts, GError **errp)
+{
+    return monitor_open(opts, false, -1, -1, errp);
+}
+
+/* Context: monitor thread */
+QmpMonitor *qmp_monitor_open_mode(const QmpChardevOpts *opts, bool hmp, GError **errp)
+{
+    return monitor_open(opts, hmp, -1, -1, errp);
+}
+
+/* Context: monitor thread */
+QmpMonitor *qmp_monitor_open_hmp_mux(int rfd, int wfd, GError **errp)
+{
+    QmpChardevOpts opts = {.kind = QMP_CHR_STDIO};
+
+    return monitor_open(&opts, true, rfd, wfd, errp);
 }
 
 /* Context: monitor thread */
@@ -489,6 +581,9 @@ void qmp_monitor_close(QmpMonitor *mon)
         if (mon->opts.kind == QMP_CHR_UNIX) {
             unlink(mon->opts.path);
         }
+    }
+    if (mon->raw_tty) {
+        stdin_restore_tty();
     }
     qmp_monitors = g_list_remove(qmp_monitors, mon);
     qmp_chardev_opts_clear(&mon->opts);

@@ -87,81 +87,9 @@ static JsonNode *cmd_query_commands(QmpRequest *req, JsonObject *args, GError **
     return n;
 }
 
-static const char *schema_type(QmpArgType t)
-{
-    static const char *const names[] = {
-        [QMP_ARG_STR] = "str",     [QMP_ARG_INT] = "int",       [QMP_ARG_UINT] = "int",
-        [QMP_ARG_BOOL] = "bool",   [QMP_ARG_NUMBER] = "number", [QMP_ARG_OBJECT] = "any",
-        [QMP_ARG_ARRAY] = "[any]", [QMP_ARG_ANY] = "any",       [QMP_ARG_STR_OR_NULL] = "any",
-    };
-    return (unsigned)t < G_N_ELEMENTS(names) ? names[t] : "any";
-}
-
-static void schema_add_builtins(JsonArray *arr)
-{
-    static const char *const builtin[][2] = {
-        {"str", "string"},    {"int", "int"},   {"bool", "boolean"},
-        {"number", "number"}, {"any", "value"},
-    };
-    JsonObject *o;
-
-    for (size_t i = 0; i < G_N_ELEMENTS(builtin); i++) {
-        o = json_object_new();
-        json_object_set_string_member(o, "name", builtin[i][0]);
-        json_object_set_string_member(o, "meta-type", "builtin");
-        json_object_set_string_member(o, "json-type", builtin[i][1]);
-        json_array_add_object_element(arr, o);
-    }
-    o = json_object_new();
-    json_object_set_string_member(o, "name", "[any]");
-    json_object_set_string_member(o, "meta-type", "array");
-    json_object_set_string_member(o, "element-type", "any");
-    json_array_add_object_element(arr, o);
-}
-
-static void schema_add_command(JsonArray *arr, QmpCommand *cmd, guint idx)
-{
-    g_autofree char *arg_type = g_strdup_printf("%u", idx);
-    JsonObject *c = json_object_new(), *t = json_object_new();
-    JsonArray *members = json_array_new();
-
-    json_object_set_string_member(c, "name", cmd->name);
-    json_object_set_string_member(c, "meta-type", "command");
-    json_object_set_string_member(c, "arg-type", arg_type);
-    json_object_set_string_member(c, "ret-type", "any");
-    if (cmd->flags & QMP_CMD_ALLOW_OOB) {
-        json_object_set_boolean_member(c, "allow-oob", true);
-    }
-    json_array_add_object_element(arr, c);
-    for (QmpArgSpec *a = cmd->args; a->name; a++) {
-        JsonObject *m = json_object_new();
-        json_object_set_string_member(m, "name", a->name);
-        json_object_set_string_member(m, "type", schema_type(a->type));
-        if (a->optional) {
-            json_object_set_null_member(m, "default");
-        }
-        json_array_add_object_element(members, m);
-    }
-    json_object_set_string_member(t, "name", arg_type);
-    json_object_set_string_member(t, "meta-type", "object");
-    json_object_set_array_member(t, "members", members);
-    json_array_add_object_element(arr, t);
-}
-
-/* A reduced SchemaInfo list: commands and their argument objects, no events. */
 static JsonNode *cmd_query_qmp_schema(QmpRequest *req, JsonObject *args, GError **errp)
 {
-    GPtrArray *cmds = qmp_command_list();
-    JsonArray *arr = json_array_new();
-    JsonNode *n;
-
-    for (guint i = 0; i < cmds->len; i++) {
-        schema_add_command(arr, cmds->pdata[i], i);
-    }
-    schema_add_builtins(arr);
-    n = json_node_init_array(json_node_alloc(), arr);
-    json_array_unref(arr);
-    return n;
+    return qmp_schema_build();
 }
 
 /* Context: any thread */
@@ -201,7 +129,7 @@ JsonNode *qmp_greeting(bool oob_offered)
 /* ---- run state -------------------------------------------------------- */
 
 /* Context: any thread */
-const char *qmp_run_state_name(QmpRunState state)
+static const char *qmp_run_state_name(QmpRunState state)
 {
     static const char *const names[QMP_RUN_STATE__MAX] = {
         [QMP_RUN_STATE_PRELAUNCH] = "prelaunch",
@@ -219,13 +147,19 @@ const char *qmp_run_state_name(QmpRunState state)
 /* Context: monitor thread */
 QmpRunState qmp_run_state_get(void)
 {
-    return qmp_state;
+    return __atomic_load_n(&qmp_state, __ATOMIC_RELAXED);
 }
 
 /* Context: monitor thread */
 void qmp_run_state_set(QmpRunState state)
 {
-    qmp_state = state;
+    __atomic_store_n(&qmp_state, state, __ATOMIC_RELAXED);
+}
+
+/* Context: any thread (a relaxed read, for diagnostics) */
+const char *qmp_run_state_peek_name(void)
+{
+    return qmp_run_state_name(__atomic_load_n(&qmp_state, __ATOMIC_RELAXED));
 }
 
 /* Context: monitor thread */
@@ -253,7 +187,7 @@ bool qmp_vm_stop(QmpRunState state, GError **errp)
 }
 
 /* Context: monitor thread */
-bool qmp_vm_start(GError **errp)
+static bool qmp_vm_start(GError **errp)
 {
     if (qmp_state == QMP_RUN_STATE_SHUTDOWN || qmp_state == QMP_RUN_STATE_INTERNAL_ERROR ||
         qmp_state == QMP_RUN_STATE_GUEST_PANICKED) {
@@ -369,6 +303,8 @@ static JsonNode *cmd_quit(QmpRequest *req, JsonObject *args, GError **errp)
 
 /* ---- registration ------------------------------------------------------ */
 
+static void qmp_commands_describe(void);
+
 /* Context: monitor thread */
 void qmp_commands_register(void)
 {
@@ -387,6 +323,51 @@ void qmp_commands_register(void)
     qmp_register_command("system_powerdown", cmd_system_powerdown, NULL, 0, NULL);
     qmp_register_command("system_reset", cmd_system_reset, NULL, 0, NULL);
     qmp_register_command("quit", cmd_quit, NULL, 0, NULL);
+    qmp_commands_describe();
+}
+
+/* query-qmp-schema: QEMU 7.2's types for these commands and the library's events. */
+static void qmp_commands_describe(void)
+{
+    static const char *const reason = "{'enum': ['none', 'host-error', 'host-qmp-quit', "
+                                      "'host-qmp-system-reset', 'host-signal', 'host-ui', "
+                                      "'guest-shutdown', 'guest-reset', 'guest-panic', "
+                                      "'subsystem-reset', 'snapshot-load']}";
+    g_autofree char *guest_reason = g_strdup_printf("{'guest': 'bool', 'reason': %s}", reason);
+    static const char *const no_args[] = {"stop", "cont", "system_powerdown", "system_reset",
+                                          "quit"};
+
+    qmp_schema_describe("qmp_capabilities", "{'*enable': [{'enum': ['oob']}]}", "{}", NULL);
+    qmp_schema_describe("query-version", NULL,
+                        "{'qemu': {'major': 'int', 'minor': 'int', 'micro': 'int'}, "
+                        "'package': 'str'}",
+                        NULL);
+    qmp_schema_describe("query-commands", NULL, "[{'name': 'str'}]", NULL);
+    /* SchemaInfo's common members; QEMU's union variants are not expressed. */
+    qmp_schema_describe("query-qmp-schema", NULL,
+                        "[{'name': 'str', 'meta-type': {'enum': ['builtin', 'enum', 'array', "
+                        "'object', 'alternate', 'command', 'event']}, '*features': ['str']}]",
+                        NULL);
+    qmp_schema_describe("query-status", NULL,
+                        "{'running': 'bool', 'singlestep': 'bool', 'status': {'enum': ['debug', "
+                        "'inmigrate', 'internal-error', 'io-error', 'paused', 'postmigrate', "
+                        "'prelaunch', 'finish-migrate', 'restore-vm', 'running', 'save-vm', "
+                        "'shutdown', 'suspended', 'watchdog', 'guest-panicked', 'colo']}}",
+                        NULL);
+    for (size_t i = 0; i < G_N_ELEMENTS(no_args); i++) {
+        qmp_schema_describe(no_args[i], NULL, "{}", NULL);
+    }
+    qmp_schema_describe("qom-list", NULL,
+                        "[{'name': 'str', 'type': 'str', '*description': 'str', "
+                        "'*default-value': 'any'}]",
+                        NULL);
+    qmp_schema_describe("qom-get", NULL, "'any'", NULL);
+    qmp_schema_describe("qom-set", NULL, "{}", NULL);
+    qmp_schema_add_event("STOP", NULL, NULL);
+    qmp_schema_add_event("RESUME", NULL, NULL);
+    qmp_schema_add_event("POWERDOWN", NULL, NULL);
+    qmp_schema_add_event("SHUTDOWN", guest_reason, NULL);
+    qmp_schema_add_event("RESET", guest_reason, NULL);
 }
 
 /* Context: monitor thread */
@@ -394,4 +375,5 @@ void qmp_commands_cleanup(void)
 {
     memset(&qmp_hooks, 0, sizeof(qmp_hooks));
     qmp_state = QMP_RUN_STATE_PRELAUNCH;
+    qmp_schema_cleanup();
 }

@@ -19,6 +19,8 @@ struct QmpDeferred {
     JsonNode *id;
     JsonNode *result;
     GError *error;
+    QmpInternalDone done; /* qmp_run_internal(): the result goes here, not to the client */
+    void *done_opaque;
 };
 
 static GMainContext *qmp_ctx;
@@ -32,7 +34,7 @@ GQuark qmp_error_quark(void)
 }
 
 /* Context: any thread */
-const char *qmp_error_class_name(QmpErrorClass cls)
+static const char *qmp_error_class_name(QmpErrorClass cls)
 {
     static const char *const names[] = {
         [QMP_ERROR_GENERIC] = "GenericError",
@@ -122,40 +124,15 @@ bool qmp_register_command(const char *name, QmpCommandFunc fn, const QmpArgSpec 
 }
 
 /* Context: monitor thread */
-bool qmp_unregister_command(const char *name)
-{
-    QmpCommand *cmd = qmp_cmds ? g_hash_table_lookup(qmp_cmds, name) : NULL;
-
-    if (!cmd) {
-        return false;
-    }
-    g_hash_table_remove(qmp_cmds, name);
-    g_ptr_array_remove(qmp_cmd_list, cmd);
-    return true;
-}
-
-/* Context: monitor thread */
 bool qmp_command_exists(const char *name)
 {
     return qmp_cmds && g_hash_table_contains(qmp_cmds, name);
 }
 
 /* Context: monitor thread */
-void *qmp_request_get_opaque(QmpRequest *req)
-{
-    return req->cmd->opaque;
-}
-
-/* Context: monitor thread */
 QmpClient *qmp_request_client(QmpRequest *req)
 {
     return req->client;
-}
-
-/* Context: monitor thread */
-const char *qmp_request_get_name(QmpRequest *req)
-{
-    return req->cmd->name;
 }
 
 /* ---- replies ----------------------------------------------------------- */
@@ -420,6 +397,45 @@ static bool run_command(QmpClient *c, QmpCommand *cmd, JsonObject *raw_args, Jso
 }
 
 /* Context: monitor thread */
+bool qmp_run_internal(QmpClient *c, const char *name, JsonObject *args, QmpInternalDone done,
+                      void *opaque)
+{
+    QmpCommand *cmd = g_hash_table_lookup(qmp_cmds, name);
+    QmpRequest req = {.cmd = cmd, .client = c};
+    GError *err = NULL;
+    JsonObject *checked;
+    JsonNode *result = NULL;
+
+    if (!cmd) {
+        g_set_error(&err, QMP_ERROR, QMP_ERROR_COMMAND_NOT_FOUND,
+                    "The command %s has not been found", name);
+        done(NULL, err, opaque);
+        return false;
+    }
+    checked = check_args(cmd, args, &err);
+    if (checked) {
+        result = cmd->fn(&req, checked, &err);
+        json_object_unref(checked);
+    }
+    if (req.deferred) {
+        g_warn_if_fail(!result && !err);
+        g_clear_pointer(&result, json_node_unref);
+        g_clear_error(&err);
+        req.deferred->done = done;
+        req.deferred->done_opaque = opaque;
+        return true;
+    }
+    if (!err && !result) {
+        JsonObject *empty = json_object_new();
+
+        result = json_node_init_object(json_node_alloc(), empty);
+        json_object_unref(empty);
+    }
+    done(result, err, opaque);
+    return false;
+}
+
+/* Context: monitor thread */
 bool qmp_dispatch_text(QmpClient *c, const char *text, size_t len)
 {
     GError *err = NULL;
@@ -468,7 +484,11 @@ static gboolean deferred_complete(gpointer opaque)
 {
     QmpDeferred *d = opaque;
 
-    if (qmp_client_alive(d->client)) {
+    if (d->done) {
+        d->done(d->result, d->error, d->done_opaque);
+        d->result = NULL;
+        d->error = NULL;
+    } else if (qmp_client_alive(d->client)) {
         reply_send(d->client, d->id, d->result, d->error);
         d->result = NULL; /* reply_send took it */
         qmp_client_resume(d->client);
@@ -559,6 +579,7 @@ void qmp_init(GMainContext *ctx)
     qom_init();
     qmp_commands_register();
     qom_commands_register();
+    hmp_commands_register();
 }
 
 /* Context: monitor thread */

@@ -4,7 +4,7 @@
 #ifndef VBLK_MONITOR_QMP_INTERNAL_H
 #define VBLK_MONITOR_QMP_INTERNAL_H
 
-#include "vblk/qmp.h"
+#include "monitor/qmp.h"
 
 /* Limits (documented in docs/qmp.md). */
 #define QMP_MAX_MSG_SIZE (8u << 20)  /* one JSON input, bytes */
@@ -77,6 +77,16 @@ bool qmp_dispatch_text(QmpClient *c, const char *text, size_t len);
 /* Reply for an input the stream rejected (lexical error). */
 void qmp_dispatch_stream_error(QmpClient *c, const char *desc);
 JsonNode *qmp_greeting(bool oob_offered);
+/*
+ * Runs command @name with @args (borrowed, may be NULL) on behalf of @c (HMP,
+ * human-monitor-command): the same argument checks and handler as a QMP
+ * input.  @done receives the result (a "{}" object for NULL) or the error,
+ * owning both: at once, or from the loop if the handler deferred, in which
+ * case this returns true.
+ */
+typedef void (*QmpInternalDone)(JsonNode *result, GError *err, void *opaque);
+bool qmp_run_internal(QmpClient *c, const char *name, JsonObject *args, QmpInternalDone done,
+                      void *opaque);
 JsonNode *qmp_version_node(void);
 
 /* ---- qmp-client.c ------------------------------------------------------ */
@@ -92,6 +102,8 @@ void qmp_client_set_negotiated(QmpClient *c, bool oob);
 void qmp_client_send(QmpClient *c, JsonNode *msg);
 /* A deferred command finished: accept input again. */
 void qmp_client_resume(QmpClient *c);
+/* Queue raw bytes (HMP text) and try to write them now. */
+void qmp_client_write(QmpClient *c, const char *buf, size_t len);
 /* Send @line (already serialized, with \r\n) to every negotiated client. */
 void qmp_clients_broadcast(const char *line);
 void qmp_monitors_close_all(void);
@@ -103,6 +115,21 @@ void qmp_chardevs_cleanup(void);
 /* Listening socket for @opts; -1 with errp set on failure. */
 int qmp_chardev_listen(const QmpChardevOpts *opts, GError **errp);
 
+/* ---- hmp.c: the human monitor ------------------------------------------ */
+
+typedef struct HmpSession HmpSession;
+
+/* One HMP connection's line editor; writes the banner and prompt unless @mux. */
+HmpSession *hmp_session_new(QmpClient *c, bool telnet, bool mux);
+void hmp_session_free(HmpSession *s);
+/*
+ * Feed input bytes; returns how many were consumed.  Stops after a command
+ * whose reply is deferred (*busy = true); the session resumes the client
+ * with qmp_client_resume() when it is done.
+ */
+size_t hmp_session_feed(HmpSession *s, const uint8_t *data, size_t len, bool *busy);
+void hmp_commands_register(void);
+
 /* ---- qmp-commands.c / qom.c ------------------------------------------- */
 
 void qmp_commands_register(void);
@@ -110,6 +137,11 @@ void qmp_commands_cleanup(void);
 void qom_init(void);
 void qom_commands_register(void);
 void qom_cleanup(void);
+
+/* ---- qmp-schema.c ------------------------------------------------------ */
+
+JsonNode *qmp_schema_build(void);
+void qmp_schema_cleanup(void);
 
 /* Generic argument checks in QEMU's words, shared with qom-set. */
 bool qmp_check_arg_type(const char *name, JsonNode *value, QmpArgType type, GError **errp);

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "vblk/guestmem.h"
+#include "virtio/guestmem.h"
 
 /* Context: any thread */
 GQuark virtio_error_quark(void)

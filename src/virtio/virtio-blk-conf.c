@@ -8,7 +8,7 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/barrier.h"
+#include "util/barrier.h"
 #include "virtio-blk-int.h"
 
 /* QEMU's BDRV_REQUEST_MAX_SECTORS: INT_MAX bytes in sectors. */
@@ -269,12 +269,6 @@ VirtIOBlk *virtio_blk_new(const VirtIOBlkConf *conf, GError **errp)
 void virtio_blk_free(VirtIOBlk *blk)
 {
     g_free(blk);
-}
-
-/* Context: any thread */
-const VirtIOBlkConf *virtio_blk_get_conf(const VirtIOBlk *blk)
-{
-    return &blk->conf;
 }
 
 /* Context: any thread */

@@ -2,7 +2,7 @@
 #ifndef VBLK_VIRTIO_BLK_INT_H
 #define VBLK_VIRTIO_BLK_INT_H
 
-#include "vblk/virtio-blk.h"
+#include "virtio/virtio-blk.h"
 
 struct VirtIOBlk {
     VirtIOBlkConf conf;

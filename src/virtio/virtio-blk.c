@@ -11,7 +11,8 @@
 #include <string.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/barrier.h"
+#include "util/barrier.h"
+#include "util/iov.h"
 #include "virtio-blk-int.h"
 
 /* Largest single request: Linux's per-syscall limit (MAX_RW_COUNT, 4K pages). */
@@ -161,50 +162,6 @@ void virtio_blk_req_complete(VirtIOBlkReq *req, int ret)
     req_finish(req, status);
 }
 
-/* Copy @len bytes from the front of @iov into @buf; false if the iovecs hold less. */
-static bool iov_copy_out(const struct iovec *iov, unsigned n, void *buf, size_t len)
-{
-    uint8_t *p = buf;
-
-    for (unsigned i = 0; i < n && len; i++) {
-        size_t c = MIN(len, iov[i].iov_len);
-
-        memcpy(p, iov[i].iov_base, c);
-        p += c;
-        len -= c;
-    }
-    return len == 0;
-}
-
-/* Copy @len bytes into the front of @iov; returns the bytes copied. */
-static size_t iov_copy_in(const struct iovec *iov, unsigned n, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    size_t done = 0;
-
-    for (unsigned i = 0; i < n && done < len; i++) {
-        size_t c = MIN(len - done, iov[i].iov_len);
-
-        memcpy(iov[i].iov_base, p + done, c);
-        done += c;
-    }
-    return done;
-}
-
-/* Drop @skip bytes from the front of *iov / *n, adjusting the first iovec in place. */
-static void iov_skip_front(struct iovec **iov, unsigned *n, size_t skip)
-{
-    while (*n && skip >= (*iov)->iov_len) {
-        skip -= (*iov)->iov_len;
-        (*iov)++;
-        (*n)--;
-    }
-    if (*n && skip) {
-        (*iov)->iov_base = (uint8_t *)(*iov)->iov_base + skip;
-        (*iov)->iov_len -= skip;
-    }
-}
-
 /*
  * Sector range check in 512-byte units, overflow-safe:
  * aligned to the logical block, inside the disk.
@@ -247,7 +204,7 @@ static bool segments_ok(const VirtIOBlkQueue *q, const VirtIOBlkReq *req)
 static uint8_t parse_rw(VirtIOBlkQueue *q, VirtIOBlkReq *req, uint64_t sector, bool write,
                         unsigned other_niov)
 {
-    uint64_t len = 0;
+    uint64_t len;
 
     if (other_niov) {
         return VIRTIO_BLK_S_IOERR; /* data in the wrong direction */
@@ -255,9 +212,7 @@ static uint8_t parse_rw(VirtIOBlkQueue *q, VirtIOBlkReq *req, uint64_t sector, b
     if (write && q->readonly) {
         return VIRTIO_BLK_S_IOERR;
     }
-    for (unsigned i = 0; i < req->niov; i++) {
-        len += req->iov[i].iov_len;
-    }
+    len = iov_size(req->iov, req->niov);
     if (len % q->lbs || len > VIRTIO_BLK_MAX_REQ_BYTES ||
         !sector_range_ok(q, sector, len / VIRTIO_BLK_SECTOR_SIZE) || !segments_ok(q, req)) {
         return VIRTIO_BLK_S_IOERR;
@@ -284,7 +239,7 @@ static uint8_t parse_dwz(VirtIOBlkQueue *q, VirtIOBlkReq *req, bool wz, struct i
         return VIRTIO_BLK_S_UNSUPP;
     }
     if (q->readonly || in_n || out_len != sizeof(seg) ||
-        !iov_copy_out(out, out_n, &seg, sizeof(seg))) {
+        iov_to_buf(out, out_n, 0, &seg, sizeof(seg)) != sizeof(seg)) {
         return VIRTIO_BLK_S_IOERR;
     }
     sector = le64toh(seg.sector);
@@ -313,7 +268,7 @@ static uint8_t parse_dwz(VirtIOBlkQueue *q, VirtIOBlkReq *req, bool wz, struct i
 /* GET_ID: the serial, NUL-padded only when shorter than 20 bytes. */
 static uint8_t parse_get_id(VirtIOBlkQueue *q, VirtIOBlkReq *req)
 {
-    req->written = iov_copy_in(req->iov, req->niov, q->blk->id, VIRTIO_BLK_ID_BYTES);
+    req->written = iov_from_buf(req->iov, req->niov, 0, q->blk->id, VIRTIO_BLK_ID_BYTES);
     return VIRTIO_BLK_S_OK;
 }
 
@@ -354,7 +309,7 @@ static uint8_t req_parse(VirtIOBlkQueue *q, VirtIOBlkReq *req, const struct virt
     uint32_t type = le32toh(h->type) & ~VIRTIO_BLK_T_BARRIER;
 
     /* Linux sets the barrier bit even when VIRTIO_BLK_F_BARRIER is not offered. */
-    iov_skip_front(&out, &out_n, sizeof(*h));
+    iov_discard_front(&out, &out_n, sizeof(*h));
     req->written = 0;
     req->unmap = false;
     switch (type) {
@@ -404,7 +359,7 @@ static bool req_handle(VirtIOBlkQueue *q, VirtIOBlkReq *req)
         return true;
     }
     if (req->elem.out_len < sizeof(hdr) ||
-        !iov_copy_out(req->elem.iov, req->elem.out_num, &hdr, sizeof(hdr))) {
+        iov_to_buf(req->elem.iov, req->elem.out_num, 0, &hdr, sizeof(hdr)) != sizeof(hdr)) {
         req_protocol_error(q, req, "virtio-blk request without a complete header");
         return true;
     }

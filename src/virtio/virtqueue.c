@@ -13,8 +13,8 @@
 #include <string.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/barrier.h"
-#include "vblk/virtqueue.h"
+#include "util/barrier.h"
+#include "virtio/virtqueue.h"
 
 struct VirtQueue {
     const GuestMem *mem;
@@ -501,10 +501,4 @@ unsigned virtqueue_inflight(const VirtQueue *vq)
 unsigned virtqueue_num(const VirtQueue *vq)
 {
     return vq->num;
-}
-
-/* Context: any thread */
-uint64_t virtqueue_features(const VirtQueue *vq)
-{
-    return vq->features;
 }

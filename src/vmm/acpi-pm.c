@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "vblk/acpi.h"
+#include "vmm/acpi.h"
 
 #define PM_REG_STS 0
 #define PM_REG_EN  1

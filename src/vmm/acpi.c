@@ -8,11 +8,12 @@
  * the in-kernel PIT raises GSI 0), the SCI is IRQ 9 level active high (an
  * override says so), PCI INTx go to GSIs 16-23 as pci_intx_gsi() computes.
  */
+#include <errno.h>
 #include <string.h>
 
-#include "vblk/acpi.h"
-#include "vblk/aml.h"
-#include "vblk/pci.h"
+#include "vmm/acpi.h"
+#include "vmm/aml.h"
+#include "vmm/pci.h"
 
 #define ACPI_HDR_LEN   36
 #define ACPI_OEM_ID    "VBLK  "
@@ -334,7 +335,7 @@ GByteArray *acpi_build_tables(const AcpiConfig *cfg, uint64_t gpa, GError **errp
     size_t facs, dsdt, fadt, madt, xsdt, tables[2];
 
     if (cfg->ncpus == 0 || cfg->ncpus > VMM_MAX_VCPUS || (gpa & 15) || gpa > UINT32_MAX) {
-        g_set_error(errp, VMM_ERROR, 0, "ACPI: %u CPUs / tables at 0x%" G_GINT64_MODIFIER "x",
+        g_set_error(errp, VMM_ERROR, ENOSPC, "ACPI: %u CPUs / tables at 0x%" G_GINT64_MODIFIER "x",
                     cfg->ncpus, gpa);
         return NULL;
     }
@@ -358,7 +359,8 @@ GByteArray *acpi_build_tables(const AcpiConfig *cfg, uint64_t gpa, GError **errp
     b->data[32] = -acpi_checksum(b->data, RSDP_LEN);
 
     if (gpa + b->len > ACPI_TABLES_END) {
-        g_set_error(errp, VMM_ERROR, 0, "ACPI tables (%u bytes) do not fit below 1 MiB", b->len);
+        g_set_error(errp, VMM_ERROR, ENOSPC, "ACPI tables (%u bytes) do not fit below 1 MiB",
+                    b->len);
         g_byte_array_unref(b);
         return NULL;
     }

@@ -1,11 +1,11 @@
 /*
  * vblk: tiny AML encoder (ACPI 6.5 sections 20.2 and 6.4). Only the encodings
- * vblk's DSDT needs; see include/vblk/aml.h.
+ * vblk's DSDT needs; see include/vmm/aml.h.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "vblk/aml.h"
+#include "vmm/aml.h"
 
 #define AML_ZERO_OP       0x00
 #define AML_ONE_OP        0x01
@@ -110,13 +110,6 @@ void aml_integer(GByteArray *b, uint64_t v)
         put8(b, AML_QWORD_PREFIX);
         put_le(b, v, 8);
     }
-}
-
-/* Context: any thread */
-void aml_string(GByteArray *b, const char *s)
-{
-    put8(b, AML_STRING_PREFIX);
-    g_byte_array_append(b, (const uint8_t *)s, strlen(s) + 1);
 }
 
 /* Context: any thread */
@@ -255,12 +248,6 @@ void aml_res_io_window(GByteArray *r, uint16_t min, uint16_t max)
 void aml_res_mem32_window(GByteArray *r, uint32_t min, uint32_t max)
 {
     res_addr(r, RES_DWORD_ADDR, 4, RES_TYPE_MEM, 0x01 /* read-write, non-cacheable */, min, max);
-}
-
-/* Context: any thread */
-void aml_res_mem64_window(GByteArray *r, uint64_t min, uint64_t max)
-{
-    res_addr(r, RES_QWORD_ADDR, 8, RES_TYPE_MEM, 0x01, min, max);
 }
 
 /* Context: any thread */

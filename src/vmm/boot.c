@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vblk/boot.h"
+#include "vmm/boot.h"
 
 #define SETUP_HEADER_OFF 0x1f1
 #define BOOT_FLAG_OFF    0x1fe
@@ -56,7 +56,7 @@ bool bzimage_parse(const uint8_t *image, size_t len, BzImageInfo *info, GError *
 
     if (len < HDRS_OFF + 4 || get_le16(image + BOOT_FLAG_OFF) != 0xAA55 ||
         get_le32(image + HDRS_OFF) != HDRS_MAGIC) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, ENOEXEC,
                     "-kernel: not a bzImage (no 0xAA55 boot flag / \"HdrS\" header)");
         return false;
     }
@@ -64,13 +64,13 @@ bool bzimage_parse(const uint8_t *image, size_t len, BzImageInfo *info, GError *
     memcpy(&hdr, image + SETUP_HEADER_OFF, MIN(sizeof(hdr), len - SETUP_HEADER_OFF));
     h = &hdr;
     if (h->version < 0x020c) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, ENOEXEC,
                     "-kernel: boot protocol %u.%02u is too old (need 2.12 for the 64-bit entry)",
                     h->version >> 8, h->version & 0xff);
         return false;
     }
     if (!(h->xloadflags & XLF_KERNEL_64)) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, ENOEXEC,
                     "-kernel: kernel has no 64-bit entry point (XLF_KERNEL_64 clear)");
         return false;
     }
@@ -78,8 +78,9 @@ bool bzimage_parse(const uint8_t *image, size_t len, BzImageInfo *info, GError *
     info->setup_sects = h->setup_sects ? h->setup_sects : 4;
     info->setup_size = (info->setup_sects + 1) * 512;
     if (info->setup_size >= len) {
-        g_set_error(errp, VMM_ERROR, 0, "-kernel: truncated bzImage (setup is %zu bytes, file %zu)",
-                    info->setup_size, len);
+        g_set_error(errp, VMM_ERROR, ENOEXEC,
+                    "-kernel: truncated bzImage (setup is %zu bytes, file %zu)", info->setup_size,
+                    len);
         return false;
     }
     info->payload_size = len - info->setup_size;
@@ -131,7 +132,7 @@ bool initrd_place(const BzImageInfo *info, uint64_t ram_size, uint64_t initrd_si
 
     floor = (floor + PAGE_SIZE_4K - 1) & ~(PAGE_SIZE_4K - 1);
     if (initrd_size > end || ((end - initrd_size) & ~(PAGE_SIZE_4K - 1)) < floor) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, EFBIG,
                     "-initrd: %" G_GUINT64_FORMAT " MiB image does not fit below %" G_GUINT64_FORMAT
                     " MiB above the kernel (needs -m %" G_GUINT64_FORMAT "M or more)",
                     initrd_size >> 20, end >> 20, (floor + initrd_size + (2 << 20)) >> 20);
@@ -181,7 +182,7 @@ bool boot_setup_cpu_tables(const VmRamRegion *regions, size_t n, GError **errp)
     uint64_t *pd = boot_gpa(regions, n, BOOT_PD_ADDR, 4 * PAGE_SIZE_4K);
 
     if (!gdt_mem || !pml4 || !pdpt || !pd) {
-        g_set_error(errp, VMM_ERROR, 0, "-m: too little RAM for boot tables");
+        g_set_error(errp, VMM_ERROR, ENOMEM, "-m: too little RAM for boot tables");
         return false;
     }
     memcpy(gdt_mem, gdt, sizeof(gdt));
@@ -227,7 +228,7 @@ static bool boot_pread_all(int fd, void *buf, size_t len, const char *opt, const
             continue;
         }
         if (r <= 0) {
-            g_set_error(errp, VMM_ERROR, 0, "%s: cannot read '%s': %s", opt, path,
+            g_set_error(errp, VMM_ERROR, EIO, "%s: cannot read '%s': %s", opt, path,
                         r < 0 ? g_strerror(errno) : "unexpected end of file");
             return false;
         }
@@ -277,7 +278,7 @@ static GBytes *boot_read_kernel(const char *path, GError **errp)
     gsize len;
 
     if (!g_file_get_contents(path, &data, &len, &err)) {
-        g_set_error(errp, VMM_ERROR, 0, "-kernel: %s", err->message);
+        g_set_error(errp, VMM_ERROR, EINVAL, "-kernel: %s", err->message);
         g_error_free(err);
         return NULL;
     }
@@ -330,7 +331,7 @@ static bool boot_check_ram(const BzImageInfo *info, uint64_t ram_size, GError **
         MAX(BOOT_KERNEL_ADDR + info->payload_size, info->pref_address + info->init_size);
 
     if (boot_low_ram_end(ram_size) < need) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, ENOMEM,
                     "-m: this kernel needs at least %" G_GUINT64_FORMAT " MiB of RAM",
                     (need + (1 << 20) - 1) >> 20);
         return false;
@@ -345,7 +346,7 @@ static bool boot_write_cmdline(const VmRamRegion *regions, size_t n, const BzIma
     char *dst = boot_gpa(regions, n, BOOT_CMDLINE_ADDR, BOOT_CMDLINE_MAX);
 
     if (len > info->cmdline_size || len >= BOOT_CMDLINE_MAX) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, E2BIG,
                     "-append: command line is %zu bytes, this kernel accepts at most %u", len,
                     info->cmdline_size);
         return false;

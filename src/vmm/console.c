@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vblk/console.h"
-#include "vblk/serial.h"
+#include "vmm/console.h"
+#include "vmm/serial.h"
 
 struct Console {
     Vm *vm;
@@ -29,6 +29,8 @@ struct Console {
     pthread_t thread;
     bool thread_started;
     bool escape_pending;
+    int mon_fd;       /* the monitor's input pipe (mux), or -1 */
+    bool mon_focused; /* keys go to the monitor, not the UART */
 };
 
 /* The terminal state to restore; global because signal handlers need it. */
@@ -36,7 +38,7 @@ static struct termios console_saved_tty;
 static atomic_bool console_tty_raw;
 
 /* Context: any thread, async-signal-safe */
-void console_restore_tty(void)
+static void console_restore_tty(void)
 {
     if (atomic_exchange(&console_tty_raw, false)) {
         tcsetattr(STDIN_FILENO, TCSANOW, &console_saved_tty);
@@ -91,7 +93,7 @@ static Console *console_alloc(Vm *vm)
     Console *con = g_new0(Console, 1);
 
     con->vm = vm;
-    con->in_fd = con->out_fd = con->stop_fd = -1;
+    con->in_fd = con->out_fd = con->stop_fd = con->mon_fd = -1;
     uart_init(&con->uart, &console_uart_ops, con);
     return con;
 }
@@ -152,10 +154,61 @@ Console *console_new(Vm *vm, ConsoleMode mode, const char *path, GError **errp)
     }
 }
 
+static void console_mon_write(Console *con, const uint8_t *buf, size_t n);
+
+/* Context: main thread, before console_start() */
+int console_attach_monitor(Console *con, bool focused, GError **errp)
+{
+    int fds[2];
+
+    if (con->mon_fd >= 0) {
+        g_set_error(errp, VMM_ERROR, EBUSY, "stdio already has a monitor");
+        return -1;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        g_set_error(errp, VMM_ERROR, errno, "pipe: %s", g_strerror(errno));
+        return -1;
+    }
+    con->mon_fd = fds[1];
+    if (focused) {
+        con->mon_focused = true;
+        console_mon_write(con, (const uint8_t *)"\0i", 2);
+    }
+    return fds[0];
+}
+
+/* Context: console input thread (or main thread before it starts) */
+static void console_mon_write(Console *con, const uint8_t *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(con->mon_fd, buf, n);
+
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return; /* the monitor has gone: its keys go nowhere */
+        }
+        buf += w;
+        n -= w;
+    }
+}
+
+/* A key for whoever has the focus; a NUL never reaches the monitor (its framing). */
+static void console_route(Console *con, uint8_t ch, uint8_t *out, size_t *nout)
+{
+    if (!con->mon_focused) {
+        out[(*nout)++] = ch;
+    } else if (ch) {
+        console_mon_write(con, &ch, 1);
+    }
+}
+
 /* Handles the Ctrl-a prefix; returns false when the user asked to quit. */
 static bool console_filter(Console *con, const uint8_t *in, size_t n, uint8_t *out, size_t *nout)
 {
     static const char help[] = "\r\nC-a h    print this help\r\nC-a x    exit vblk\r\n"
+                               "C-a c    switch between the console and the monitor\r\n"
                                "C-a C-a  send C-a\r\n";
     *nout = 0;
     for (size_t i = 0; i < n; i++) {
@@ -163,7 +216,7 @@ static bool console_filter(Console *con, const uint8_t *in, size_t n, uint8_t *o
             if (in[i] == CONSOLE_ESCAPE_CHAR) {
                 con->escape_pending = true;
             } else {
-                out[(*nout)++] = in[i];
+                console_route(con, in[i], out, nout);
             }
             continue;
         }
@@ -174,11 +227,14 @@ static bool console_filter(Console *con, const uint8_t *in, size_t n, uint8_t *o
             if (write(STDERR_FILENO, help, sizeof(help) - 1) < 0) {
                 /* nowhere to report it */
             }
+        } else if (in[i] == 'c' && con->mon_fd >= 0) {
+            con->mon_focused = !con->mon_focused;
+            console_mon_write(con, (const uint8_t *)(con->mon_focused ? "\0i" : "\0o"), 2);
         } else if (in[i] == CONSOLE_ESCAPE_CHAR) {
-            out[(*nout)++] = CONSOLE_ESCAPE_CHAR;
+            console_route(con, CONSOLE_ESCAPE_CHAR, out, nout);
         } else {
-            out[(*nout)++] = CONSOLE_ESCAPE_CHAR;
-            out[(*nout)++] = in[i];
+            console_route(con, CONSOLE_ESCAPE_CHAR, out, nout);
+            console_route(con, in[i], out, nout);
         }
     }
     return true;
@@ -287,7 +343,7 @@ bool console_start(Console *con, GError **errp)
     }
     err = pthread_create(&con->thread, NULL, console_input_thread, con);
     if (err) {
-        g_set_error(errp, VMM_ERROR, 0, "console thread: %s", g_strerror(err));
+        g_set_error(errp, VMM_ERROR, EAGAIN, "console thread: %s", g_strerror(err));
         return false;
     }
     con->thread_started = true;
@@ -335,6 +391,9 @@ void console_free(Console *con)
     }
     if (con->stop_fd >= 0) {
         close(con->stop_fd);
+    }
+    if (con->mon_fd >= 0) {
+        close(con->mon_fd);
     }
     if (con->own_out_fd) {
         close(con->out_fd);

@@ -4,9 +4,10 @@
  * Regions are kept sorted by base in a plain array: a machine has a dozen of
  * them, and a binary search over a dozen entries beats anything fancier.
  */
-#include "vblk/iobus.h"
-#include "vblk/vmm.h"
+#include "vmm/iobus.h"
+#include "vmm/vmm.h"
 
+#include <errno.h>
 #include <string.h>
 
 typedef struct IoRegion {
@@ -78,7 +79,7 @@ bool iobus_add(IoBus *bus, uint64_t base, uint64_t len, const IoRegionOps *ops, 
     size_t i;
 
     if (len == 0 || base + len - 1 < base) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, EINVAL,
                     "%s: bad region 0x%" G_GINT64_MODIFIER "x+0x%" G_GINT64_MODIFIER "x", bus->name,
                     base, len);
         return false;
@@ -86,7 +87,7 @@ bool iobus_add(IoBus *bus, uint64_t base, uint64_t len, const IoRegionOps *ops, 
     i = iobus_upper(bus, base);
     if ((i > 0 && base - bus->regions[i - 1].base < bus->regions[i - 1].len) ||
         (i < bus->n && bus->regions[i].base - base < len)) {
-        g_set_error(errp, VMM_ERROR, 0,
+        g_set_error(errp, VMM_ERROR, EBUSY,
                     "%s: region 0x%" G_GINT64_MODIFIER "x+0x%" G_GINT64_MODIFIER
                     "x overlaps an existing one",
                     bus->name, base, len);

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "vm-internal.h"
+#include "util/thread-check.h"
+#include "util/error-report.h"
 
 #define KVM_API_VERSION_EXPECTED 12
 
@@ -58,13 +60,13 @@ static bool vm_open_kvm(Vm *vm, GError **errp)
     }
     version = ioctl(vm->kvm_fd, KVM_GET_API_VERSION, 0);
     if (version != KVM_API_VERSION_EXPECTED) {
-        g_set_error(errp, VMM_ERROR, 0, "/dev/kvm: API version %d, expected %d", version,
+        g_set_error(errp, VMM_ERROR, ENOTSUP, "/dev/kvm: API version %d, expected %d", version,
                     KVM_API_VERSION_EXPECTED);
         return false;
     }
     for (size_t i = 0; i < G_N_ELEMENTS(vm_required_caps); i++) {
         if (ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, vm_required_caps[i].cap) <= 0) {
-            g_set_error(errp, VMM_ERROR, 0, "/dev/kvm: missing capability KVM_CAP_%s",
+            g_set_error(errp, VMM_ERROR, ENOTSUP, "/dev/kvm: missing capability KVM_CAP_%s",
                         vm_required_caps[i].name);
             return false;
         }
@@ -88,7 +90,7 @@ static bool vm_get_supported_cpuid(Vm *vm, GError **errp)
             return vm_errno(errp, "KVM_GET_SUPPORTED_CPUID");
         }
     }
-    g_set_error(errp, VMM_ERROR, 0, "KVM_GET_SUPPORTED_CPUID: too many entries");
+    g_set_error(errp, VMM_ERROR, E2BIG, "KVM_GET_SUPPORTED_CPUID: too many entries");
     return false;
 }
 
@@ -215,11 +217,12 @@ Vm *vm_new(const VmConfig *cfg, GError **errp)
     vm->mmio = iobus_new("MMIO");
 
     if (cfg->ram_size < VMM_MIN_RAM || cfg->ram_size % 4096) {
-        g_set_error(errp, VMM_ERROR, 0, "RAM size must be a multiple of 4 KiB and at least 2 MiB");
+        g_set_error(errp, VMM_ERROR, EINVAL,
+                    "RAM size must be a multiple of 4 KiB and at least 2 MiB");
         goto fail;
     }
     if (cfg->ncpus < 1 || cfg->ncpus > VMM_MAX_VCPUS) {
-        g_set_error(errp, VMM_ERROR, 0, "%u vCPUs: must be between 1 and %d", cfg->ncpus,
+        g_set_error(errp, VMM_ERROR, EINVAL, "%u vCPUs: must be between 1 and %d", cfg->ncpus,
                     VMM_MAX_VCPUS);
         goto fail;
     }
@@ -326,11 +329,15 @@ unsigned vm_ncpus(Vm *vm)
 void vm_lock(Vm *vm)
 {
     pthread_mutex_lock(&vm->dev_lock);
+    bql_note_held(true);
+    atomic_store_explicit(&vm->dev_lock_holder, thread_self_id(), memory_order_relaxed);
 }
 
 /* Context: any thread */
 void vm_unlock(Vm *vm)
 {
+    atomic_store_explicit(&vm->dev_lock_holder, 0, memory_order_relaxed);
+    bql_note_held(false);
     pthread_mutex_unlock(&vm->dev_lock);
 }
 
@@ -376,7 +383,7 @@ int vm_msi_route_add(Vm *vm, uint64_t addr, uint32_t data, GError **errp)
         }
     }
     if (gsi < 0) {
-        g_set_error(errp, VMM_ERROR, 0, "no free GSI for an MSI route");
+        g_set_error(errp, VMM_ERROR, ENOSPC, "no free GSI for an MSI route");
         goto out;
     }
     vm_msi_entry(&e, gsi, addr, data);
@@ -409,7 +416,7 @@ bool vm_msi_route_update(Vm *vm, int gsi, uint64_t addr, uint32_t data, GError *
             goto out;
         }
     }
-    g_set_error(errp, VMM_ERROR, 0, "GSI %d is not an MSI route", gsi);
+    g_set_error(errp, VMM_ERROR, EINVAL, "GSI %d is not an MSI route", gsi);
 out:
     pthread_mutex_unlock(&vm->route_lock);
     return ok;
@@ -494,7 +501,7 @@ void vm_request_exit(Vm *vm, VmExitReason reason, const char *msg)
     int expected = VM_EXIT_NONE;
     uint64_t one = 1;
 
-    if (reason == VM_EXIT_RESET) {
+    if (reason == VM_EXIT_RESET || reason == VM_EXIT_TRIPLE_FAULT) {
         /* The vCPU that asked must not run on (after a triple fault it cannot). */
         if (vm->cfg.reset_in_place) {
             vm_request_reset(vm, VM_RESET_GUEST);
@@ -506,7 +513,7 @@ void vm_request_exit(Vm *vm, VmExitReason reason, const char *msg)
         return;
     }
     if (msg) {
-        fprintf(stderr, "vblk: %s\n", msg);
+        error_report("%s", msg);
     }
     if (write(vm->exit_fd, &one, sizeof(one)) < 0) {
         /* Cannot happen for an eventfd below its limit; nothing better to do. */
@@ -520,7 +527,54 @@ int vm_wait_exit(Vm *vm)
 
     while (read(vm->exit_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
     }
-    return vm_exit_reason(vm) == VM_EXIT_ERROR ? 1 : 0;
+    return vm_exit_status(vm_exit_reason(vm));
+}
+
+/*
+ * 0 for the ways a guest or a user ends a VM on purpose; 1 when vblk or KVM
+ * cannot go on; 2 when the guest crashed into a triple fault (under -no-reboot;
+ * without it the guest is reset and runs on). QEMU exits 0 on that last one.
+ * Context: any thread
+ */
+int vm_exit_status(VmExitReason reason)
+{
+    switch (reason) {
+    case VM_EXIT_ERROR:
+        return 1;
+    case VM_EXIT_TRIPLE_FAULT:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+/* Context: any thread */
+void vm_cpu_state_format(GString *out, const char *prefix, const VmCpuState *s)
+{
+    g_string_append_printf(out,
+                           "%sRIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER
+                           "x RFLAGS=%08" G_GINT64_MODIFIER "x\n",
+                           prefix, s->rip, s->rsp, s->rflags);
+    g_string_append_printf(out,
+                           "%sCR0=%08" G_GINT64_MODIFIER "x CR2=%016" G_GINT64_MODIFIER
+                           "x CR3=%016" G_GINT64_MODIFIER "x CR4=%08" G_GINT64_MODIFIER
+                           "x EFER=%08" G_GINT64_MODIFIER "x\n",
+                           prefix, s->cr0, s->cr2, s->cr3, s->cr4, s->efer);
+    g_string_append_printf(out,
+                           "%sCS=%04x base=%016" G_GINT64_MODIFIER
+                           "x limit=%08x type=%x dpl=%u p=%u l=%u db=%u "
+                           "SS=%04x base=%016" G_GINT64_MODIFIER "x limit=%08x type=%x dpl=%u p=%u\n",
+                           prefix, s->cs.selector, s->cs.base, s->cs.limit, s->cs.type, s->cs.dpl,
+                           s->cs.present, s->cs.l, s->cs.db, s->ss.selector, s->ss.base,
+                           s->ss.limit, s->ss.type, s->ss.dpl, s->ss.present);
+    g_string_append_printf(out,
+                           "%sRAX=%016" G_GINT64_MODIFIER "x RBX=%016" G_GINT64_MODIFIER
+                           "x RCX=%016" G_GINT64_MODIFIER "x RDX=%016" G_GINT64_MODIFIER "x\n",
+                           prefix, s->rax, s->rbx, s->rcx, s->rdx);
+    g_string_append_printf(out,
+                           "%sRSI=%016" G_GINT64_MODIFIER "x RDI=%016" G_GINT64_MODIFIER
+                           "x RBP=%016" G_GINT64_MODIFIER "x\n",
+                           prefix, s->rsi, s->rdi, s->rbp);
 }
 
 /* Context: any thread */

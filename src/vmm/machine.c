@@ -2,17 +2,20 @@
  * vblk: machine assembly: VM, serial console, legacy ports, PCI bus and
  * devices, MP table, Linux boot, then run until the guest or the user ends it.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "vblk/acpi.h"
-#include "vblk/boot.h"
-#include "vblk/console.h"
+#include "vmm/acpi.h"
+#include "vmm/boot.h"
+#include "vmm/console.h"
 #include "machine-internal.h"
-#include "vblk/mptable.h"
-#include "vblk/ports.h"
-#include "vblk/qmp.h"
+#include "vmm/mptable.h"
+#include "vmm/ports.h"
+#include "monitor/qmp.h"
+#include "util/error-report.h"
 
 typedef struct MachineCleanup {
     void (*fn)(void *opaque);
@@ -56,6 +59,12 @@ void machine_register_device(const char *driver, MachineDeviceFn fn)
 Vm *machine_vm(Machine *m)
 {
     return m->vm;
+}
+
+/* Context: main thread */
+Console *machine_console(Machine *m)
+{
+    return m->console;
 }
 
 /* Context: main thread */
@@ -164,10 +173,9 @@ static bool machine_add_devices(Machine *m, GError **errp)
             }
         }
         if (!fn) {
-            fprintf(stderr,
-                    "vblk: warning: -device %s,drive=%s: not wired yet (no virtio-pci "
-                    "transport in this build); the guest will not see this disk\n",
-                    dev->driver, dev->drive);
+            warn_report("-device %s,drive=%s: not wired yet (no virtio-pci transport in this "
+                        "build); the guest will not see this disk",
+                        dev->driver, dev->drive);
             continue;
         }
         /* No vCPU runs yet; the model takes the device lock where it needs it. */
@@ -197,7 +205,7 @@ static bool machine_write_mptable(Machine *m, GError **errp)
     cfg.npci_irqs = irqs->len;
     buf = boot_gpa(r, n, BOOT_MPTABLE_ADDR, mptable_size(&cfg));
     if (!buf || BOOT_MPTABLE_ADDR + mptable_size(&cfg) > BOOT_HIMEM_START) {
-        g_set_error(errp, VMM_ERROR, 0, "MP table does not fit below 1 MiB");
+        g_set_error(errp, VMM_ERROR, ENOSPC, "MP table does not fit below 1 MiB");
         return false;
     }
     return mptable_build(buf, mptable_size(&cfg), BOOT_MPTABLE_ADDR, &cfg, errp);
@@ -221,7 +229,7 @@ static bool machine_write_acpi(Machine *m, GError **errp)
     }
     buf = boot_gpa(r, n, ACPI_TABLES_ADDR, ACPI_TABLES_END - ACPI_TABLES_ADDR);
     if (!buf) {
-        g_set_error(errp, VMM_ERROR, 0, "-m: too little RAM for the ACPI tables below 1 MiB");
+        g_set_error(errp, VMM_ERROR, ENOMEM, "-m: too little RAM for the ACPI tables below 1 MiB");
         return false;
     }
     memset(buf, 0, ACPI_TABLES_END - ACPI_TABLES_ADDR);
@@ -351,8 +359,80 @@ EventLoop *machine_event_loop(Machine *m)
     return m->main_loop;
 }
 
-static void machine_on_signal(int sig)
+/*
+ * A signal asks for the orderly shutdown (as QEMU's SIGTERM does). That path
+ * must not be able to keep the process alive: if it has not finished
+ * MACHINE_SIGNAL_GRACE_S seconds later (a vCPU that never leaves KVM_RUN, a
+ * backend that never completes), SIGALRM ends the process, and a second
+ * signal ends it at once. Every other exit (quit, guest poweroff, a guest
+ * reset under -no-reboot, an error) gets the same bound once the main loop
+ * has ended (machine_exit_watchdog_arm): a guest whose kernel had crashed
+ * once left vblk hanging after its SHUTDOWN event, still running 900 s later.
+ * Only async-signal-safe calls below.
+ */
+#define MACHINE_SIGNAL_GRACE_S 15
+
+static volatile sig_atomic_t machine_signals;
+
+static void machine_signal_write(const char *s)
 {
+    size_t len = strlen(s);
+
+    while (len > 0) {
+        ssize_t n = write(STDERR_FILENO, s, len);
+
+        if (n <= 0) {
+            return;
+        }
+        s += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Decimal of a non-negative value into buf (at least 12 bytes); returns buf. */
+static char *machine_signal_itoa(long v, char *buf)
+{
+    char tmp[24];
+    int i = 0, j = 0;
+
+    if (v < 0) {
+        v = 0;
+    }
+    do {
+        tmp[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 && i < (int)sizeof(tmp));
+    while (i > 0) {
+        buf[j++] = tmp[--i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+static void machine_on_alarm(int sig)
+{
+    (void)sig;
+    machine_signal_write("vblk: exit did not finish within 15 s; exiting\n");
+    _exit(1);
+}
+
+static void machine_on_signal(int sig, siginfo_t *si, void *uc)
+{
+    char num[24];
+
+    (void)uc;
+    if (machine_signals++ > 0) {
+        machine_signal_write("vblk: second signal during shutdown; exiting now\n");
+        _exit(1);
+    }
+    machine_signal_write("vblk: terminating on signal ");
+    machine_signal_write(machine_signal_itoa(sig, num));
+    if (si && si->si_code == SI_USER) {
+        machine_signal_write(" from pid ");
+        machine_signal_write(machine_signal_itoa(si->si_pid, num));
+    }
+    machine_signal_write("\n");
+    alarm(MACHINE_SIGNAL_GRACE_S);
     if (machine_signal_vm) {
         vm_request_exit(machine_signal_vm, VM_EXIT_QUIT, NULL);
     }
@@ -366,25 +446,35 @@ static void machine_print_stats(Vm *vm)
         return;
     }
     vm_get_stats(vm, &s);
-    fprintf(stderr,
-            "vblk: exits: pio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT
-            "), mmio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT ")\n",
-            s.exits_pio, s.unhandled_pio, s.exits_mmio, s.unhandled_mmio);
+    info_report("exits: pio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT
+                "), mmio %" G_GUINT64_FORMAT " (unhandled %" G_GUINT64_FORMAT ")",
+                s.exits_pio, s.unhandled_pio, s.exits_mmio, s.unhandled_mmio);
+}
+
+/* Context: main thread (after the main loop has ended) */
+void machine_exit_watchdog_arm(void)
+{
+    unsigned left = alarm(MACHINE_SIGNAL_GRACE_S);
+
+    if (left > 0 && left < MACHINE_SIGNAL_GRACE_S) {
+        alarm(left); /* a signal's earlier deadline stands */
+    }
 }
 
 /* Context: main thread */
 int machine_run(const VmmOptions *opts)
 {
     Machine m = {.opts = opts};
-    struct sigaction sa = {.sa_handler = machine_on_signal};
+    struct sigaction sa = {.sa_sigaction = machine_on_signal, .sa_flags = SA_SIGINFO};
+    struct sigaction alarm_sa = {.sa_handler = machine_on_alarm};
     GError *err = NULL;
     bool have_qmp = false;
     int status = 1;
 
     m.cleanups = g_array_new(FALSE, FALSE, sizeof(MachineCleanup));
     if (!opts->kernel) {
-        fprintf(stderr, "vblk: -kernel: required (vblk boots Linux directly; it has no "
-                        "firmware to boot a disk)\n");
+        error_report("-kernel: required (vblk boots Linux directly; it has no "
+                     "firmware to boot a disk)");
         g_array_free(m.cleanups, TRUE);
         return 1;
     }
@@ -394,6 +484,8 @@ int machine_run(const VmmOptions *opts)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
+        sigemptyset(&alarm_sa.sa_mask);
+        sigaction(SIGALRM, &alarm_sa, NULL);
         signal(SIGPIPE, SIG_IGN);
         if (console_start(m.console, &err) && vm_start(m.vm, opts->start_paused, &err)) {
             status = machine_main_loop(&m, opts->start_paused, have_qmp);
@@ -403,7 +495,7 @@ int machine_run(const VmmOptions *opts)
         }
     }
     if (err) {
-        fprintf(stderr, "vblk: %s\n", err->message);
+        error_report("%s", err->message);
         g_error_free(err);
         status = 1;
     }

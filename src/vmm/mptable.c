@@ -4,10 +4,11 @@
  * table of processor, bus, IOAPIC, I/O interrupt and local interrupt entries.
  * The structures are not in the kernel's uapi headers, so they are here.
  */
+#include <errno.h>
 #include <string.h>
 
-#include "vblk/mptable.h"
-#include "vblk/vmm.h"
+#include "vmm/mptable.h"
+#include "vmm/vmm.h"
 
 #define MP_SPEC_REV      4
 #define MP_APIC_VERSION  0x14
@@ -173,7 +174,7 @@ bool mptable_build(uint8_t *buf, size_t len, uint32_t gpa, const MpTableConfig *
     uint8_t *p = (uint8_t *)(hdr + 1);
 
     if (cfg->ncpus == 0 || cfg->ncpus > 254 || len < mptable_size(cfg)) {
-        g_set_error(errp, VMM_ERROR, 0, "MP table: %u CPUs / %zu bytes do not fit", cfg->ncpus,
+        g_set_error(errp, VMM_ERROR, ENOSPC, "MP table: %u CPUs / %zu bytes do not fit", cfg->ncpus,
                     len);
         return false;
     }

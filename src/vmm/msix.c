@@ -3,13 +3,14 @@
  * one MSI route per vector (KVM_SET_GSI_ROUTING through the bus's ops) and
  * the device's eventfd bound with KVM_IRQFD while the vector is unmasked.
  */
+#include <errno.h>
 #include <linux/pci_regs.h>
 #include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "pci-internal.h"
-#include "vblk/vmm.h"
+#include "vmm/vmm.h"
 
 #define MSIX_ENTRY_SIZE  16
 #define MSIX_CAP_LEN     12
@@ -154,7 +155,7 @@ bool msix_init(PciDevice *dev, unsigned nvec, unsigned bar, uint32_t table_off, 
     if (nvec == 0 || nvec > MSIX_MAX_VECTORS || (table_off & 7) || (pba_off & 7) ||
         table_off + nvec * MSIX_ENTRY_SIZE > bar_size ||
         pba_off + ((nvec + 63) / 64) * 8 > bar_size || dev->msix) {
-        g_set_error(errp, VMM_ERROR, 0, "%s: invalid MSI-X layout (%u vectors in BAR %u)",
+        g_set_error(errp, VMM_ERROR, EINVAL, "%s: invalid MSI-X layout (%u vectors in BAR %u)",
                     dev->name, nvec, bar);
         return false;
     }

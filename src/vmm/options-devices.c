@@ -3,13 +3,14 @@
  * property names, defaults and cross-checks (done after the whole command
  * line is read, since QEMU lets -device come before its -drive).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <json-glib/json-glib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "options-internal.h"
-#include "vblk/vmm.h"
+#include "vmm/vmm.h"
 
 #define VIRTIO_BLK_MAX_QUEUES 1024
 #define VIRTQUEUE_MAX_SIZE    1024
@@ -21,8 +22,7 @@ void drive_options_free(gpointer p)
     DriveOptions *d = p;
 
     g_free(d->id);
-    g_free(d->file);
-    g_free(d->cache_mode);
+    g_free((char *)d->blk.file);
     g_free(d->arg);
     if (d->block_opts) {
         g_ptr_array_free(d->block_opts, TRUE);
@@ -70,9 +70,6 @@ void iothread_options_free(gpointer p)
     IothreadOptions *t = p;
 
     g_free(t->id);
-    if (t->props) {
-        g_ptr_array_free(t->props, TRUE);
-    }
     g_free(t);
 }
 
@@ -93,39 +90,20 @@ static DeviceOptions *device_options_new(const char *driver)
     return d;
 }
 
-/* QEMU's cache= modes as (writeback, direct, no-flush). */
+/* cache=: the block layer's table of QEMU's modes. */
 static bool drive_set_cache(DriveOptions *d, const char *mode)
 {
-    static const struct {
-        const char *name;
-        bool writeback, direct, no_flush;
-    } modes[] = {
-        {"writeback", true, false, false},     {"none", true, true, false},
-        {"writethrough", false, false, false}, {"directsync", false, true, false},
-        {"unsafe", true, false, true},
-    };
-
-    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
-        if (!strcmp(mode, modes[i].name)) {
-            g_free(d->cache_mode);
-            d->cache_mode = g_strdup(mode);
-            d->cache_writeback = modes[i].writeback;
-            d->cache_direct = modes[i].direct;
-            d->cache_no_flush = modes[i].no_flush;
-            return true;
-        }
-    }
-    return false;
+    return blk_parse_cache_mode(mode, &d->blk.cache, NULL);
 }
 
 static bool drive_set_aio(DriveOptions *d, const char *v)
 {
     if (!strcmp(v, "threads")) {
-        d->aio = DRIVE_AIO_THREADS;
+        d->blk.aio = BLOCK_AIO_THREADS;
     } else if (!strcmp(v, "native")) {
-        d->aio = DRIVE_AIO_NATIVE;
+        d->blk.aio = BLOCK_AIO_NATIVE;
     } else if (!strcmp(v, "io_uring")) {
-        d->aio = DRIVE_AIO_IO_URING;
+        d->blk.aio = BLOCK_AIO_IO_URING;
     } else {
         return false;
     }
@@ -156,8 +134,8 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
         g_free(d->id);
         d->id = g_strdup(p->value);
     } else if (!strcmp(p->key, "file")) {
-        g_free(d->file);
-        d->file = g_strdup(p->value);
+        g_free((char *)d->blk.file);
+        d->blk.file = g_strdup(p->value);
     } else if (!strcmp(p->key, "format")) {
         return !strcmp(p->value, "raw") ||
                opt_fail(errp, name, arg, "format=%s is not supported (only raw)", p->value);
@@ -170,16 +148,16 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
         if (!opts_parse_bool(p->value, &b)) {
             return opt_fail(errp, name, arg, "%s expects on or off", p->key);
         }
-        *(!strcmp(p->key, "cache.direct") ? &d->cache_direct : &d->cache_no_flush) = b;
+        *(!strcmp(p->key, "cache.direct") ? &d->blk.cache.direct : &d->blk.cache.no_flush) = b;
     } else if (!strcmp(p->key, "aio")) {
         return drive_set_aio(d, p->value) ||
                opt_fail(errp, name, arg, "invalid aio '%s' (threads, native, io_uring)", p->value);
     } else if (!strcmp(p->key, "readonly")) {
-        return opts_parse_bool(p->value, &d->readonly) ||
+        return opts_parse_bool(p->value, &d->blk.read_only) ||
                opt_fail(errp, name, arg, "readonly expects on or off");
     } else if (!strcmp(p->key, "discard")) {
-        d->discard_unmap = !strcmp(p->value, "unmap") || !strcmp(p->value, "on");
-        return d->discard_unmap || !strcmp(p->value, "ignore") || !strcmp(p->value, "off") ||
+        d->blk.discard_unmap = !strcmp(p->value, "unmap") || !strcmp(p->value, "on");
+        return d->blk.discard_unmap || !strcmp(p->value, "ignore") || !strcmp(p->value, "off") ||
                opt_fail(errp, name, arg, "invalid discard '%s' (unmap or ignore)", p->value);
     } else if (!strcmp(p->key, "detect-zeroes")) {
         return !strcmp(p->value, "off") ||
@@ -187,7 +165,8 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
     } else if (!strcmp(p->key, "werror") || !strcmp(p->key, "rerror") ||
                !strcmp(p->key, "node-name") || g_str_has_prefix(p->key, "throttling.") ||
                !strcmp(p->key, "read-zeroes") || !strcmp(p->key, "latency-ns") ||
-               !strcmp(p->key, "size")) {
+               !strcmp(p->key, "size") || !strcmp(p->key, "reconnect-delay") ||
+               !strcmp(p->key, "file.reconnect-delay")) {
         /* Block-layer keys: checked by the block layer when the drive is opened. */
         drive_add_block_opt(d, p->key, p->value);
     } else if (!strcmp(p->key, "media")) {
@@ -223,10 +202,10 @@ bool opt_drive(VmmOptions *o, const char *name, const char *arg, GError **errp)
                         "if=ide (QEMU's default) is not supported; "
                         "add if=none and a -device virtio-blk-pci, or if=virtio");
     }
-    if (!d->file || !*d->file) {
+    if (!d->blk.file || !*d->blk.file) {
         return opt_fail(errp, name, arg, "%s", "file= is required");
     }
-    if (d->aio == DRIVE_AIO_NATIVE && !d->cache_direct) {
+    if (d->blk.aio == BLOCK_AIO_NATIVE && !d->blk.cache.direct) {
         return opt_fail(errp, name, arg, "%s",
                         "aio=native was specified, but it requires "
                         "cache.direct=on (cache=none or directsync)");
@@ -292,14 +271,15 @@ static bool blockdev_flatten(DriveOptions *d, JsonNode *n, const char *prefix, G
             drive_add_block_opt(d, prefix, buf);
             return true;
         default:
-            g_set_error(errp, VMM_ERROR, 0, "Parameter '%s' expects a string, integer or boolean",
-                        prefix);
+            g_set_error(errp, VMM_ERROR, EINVAL,
+                        "Parameter '%s' expects a string, integer or boolean", prefix);
             return false;
         }
     default:
         break;
     }
-    g_set_error(errp, VMM_ERROR, 0, "Parameter '%s' must not be null", *prefix ? prefix : "(top)");
+    g_set_error(errp, VMM_ERROR, EINVAL, "Parameter '%s' must not be null",
+                *prefix ? prefix : "(top)");
     return false;
 }
 
@@ -530,6 +510,50 @@ bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
     return true;
 }
 
+/*
+ * An int64 property of -object, as QEMU's QOM visitor checks it: an integer
+ * at all ("expects an int64 value"), then the property's range.
+ */
+static bool object_int64(const char *name, const char *arg, const OptPair *p, int64_t *out,
+                         GError **errp)
+{
+    char *end;
+    gint64 v;
+
+    errno = 0;
+    v = g_ascii_strtoll(p->value, &end, 0);
+    if (!*p->value || *end || errno == ERANGE) {
+        return opt_fail(errp, name, arg, "Parameter '%s' expects an int64 value", p->key);
+    }
+    if (v < 0) {
+        g_set_error(errp, VMM_ERROR, ERANGE, "%s value must be in range [0, %" PRId64 "]", p->key,
+                    (int64_t)INT64_MAX);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* One property of -object iothread. */
+static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg, const OptPair *p,
+                          GError **errp)
+{
+    if (!strcmp(p->key, "id")) {
+        g_free(t->id);
+        t->id = g_strdup(p->value);
+        return true;
+    } else if (!strcmp(p->key, "poll-max-ns")) {
+        return object_int64(name, arg, p, &t->params.poll_max_ns, errp);
+    } else if (!strcmp(p->key, "poll-grow")) {
+        return object_int64(name, arg, p, &t->params.poll_grow, errp);
+    } else if (!strcmp(p->key, "poll-shrink")) {
+        return object_int64(name, arg, p, &t->params.poll_shrink, errp);
+    } else if (!strcmp(p->key, "aio-max-batch")) {
+        return object_int64(name, arg, p, &t->aio_max_batch, errp);
+    }
+    return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
+}
+
 /* Context: main thread */
 bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
 {
@@ -544,22 +568,11 @@ bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
                         ((OptPair *)kv->pdata[0])->value);
     }
     t = g_new0(IothreadOptions, 1);
-    t->props = g_ptr_array_new_with_free_func(g_free);
+    iothread_params_init(&t->params);
     g_ptr_array_add(o->iothreads, t);
     for (guint i = 1; i < kv->len; i++) {
-        OptPair *p = kv->pdata[i];
-        uint64_t v;
-        if (!strcmp(p->key, "id")) {
-            g_free(t->id);
-            t->id = g_strdup(p->value);
-        } else if (!strcmp(p->key, "poll-max-ns") || !strcmp(p->key, "poll-grow") ||
-                   !strcmp(p->key, "poll-shrink") || !strcmp(p->key, "aio-max-batch")) {
-            if (!opt_uint(p->value, 0, INT64_MAX, &v)) {
-                return opt_fail(errp, name, arg, "invalid value for '%s'", p->key);
-            }
-            g_ptr_array_add(t->props, g_strdup_printf("%s=%s", p->key, p->value));
-        } else {
-            return opt_fail(errp, name, arg, "invalid parameter '%s'", p->key);
+        if (!iothread_prop(t, name, arg, kv->pdata[i], errp)) {
+            return false;
         }
     }
     if (!t->id) {

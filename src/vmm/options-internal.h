@@ -2,7 +2,7 @@
 #ifndef VBLK_OPTIONS_INTERNAL_H
 #define VBLK_OPTIONS_INTERNAL_H
 
-#include "vblk/options.h"
+#include "vmm/options.h"
 
 /* Sets "-@name @arg: <message>" and returns false. */
 bool opt_fail(GError **errp, const char *name, const char *arg, const char *fmt, ...)

@@ -3,11 +3,12 @@
  * -smp, -serial, -machine, ...). -drive, -device and -object live in
  * options-devices.c. Errors read "-option arg: what is wrong".
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "options-internal.h"
-#include "vblk/vmm.h"
+#include "vmm/vmm.h"
 
 #define OPTIONS_MAX_RAM (1ULL << 40)
 
@@ -30,7 +31,7 @@ static const char options_usage_text[] =
     "  -drive if=none|virtio,id=ID,file=FILE[,format=raw][,cache=MODE][,aio=MODE]\n"
     "         [,readonly=on|off][,discard=unmap|ignore][,werror=..][,rerror=..][,throttling.*=..]\n"
     "  -blockdev driver=DRV,node-name=NAME[,...]  or  -blockdev '{JSON}'\n"
-    "         QEMU's node graph: raw, file, host_device, null-co, null-aio, blkdebug\n"
+    "         QEMU's node graph: raw, file, host_device, null-co, null-aio, blkdebug, nbd\n"
     "  -device virtio-blk-pci,drive=ID[,id=..][,bus=pci.0][,addr=SLOT][,x-data-plane=on|off]\n"
     "         [,iothread=ID][,num-queues=N][,queue-size=N][,serial=S][,config-wce=on|off]\n"
     "         [,write-cache=on|off|auto]\n"
@@ -39,7 +40,7 @@ static const char options_usage_text[] =
     "  -object iothread,id=ID  a dedicated I/O thread for devices naming it\n"
     "  -serial stdio|file:PATH|null|none   ttyS0 backend (default stdio)\n"
     "  -nographic              no display; serial on stdio (C-a x quits, C-a h help)\n"
-    "  -qmp SPEC, -chardev ..., -mon ..., -monitor SPEC   monitor (stored for QMP)\n"
+    "  -qmp SPEC, -chardev ..., -mon ..., -monitor SPEC   QMP and the human monitor\n"
     "  -S                      do not start the vCPUs until told to\n"
     "  -machine acpi=off, -no-acpi  no ACPI tables and no power button (MP table only)\n"
     "  -name NAME, -machine/-M pc|q35, -accel kvm, -enable-kvm, -cpu MODEL,\n"
@@ -63,7 +64,7 @@ bool opt_fail(GError **errp, const char *name, const char *arg, const char *fmt,
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
-    g_set_error(errp, VMM_ERROR, 0, "-%s%s%s: %s", name, arg ? " " : "", arg ? arg : "", msg);
+    g_set_error(errp, VMM_ERROR, EINVAL, "-%s%s%s: %s", name, arg ? " " : "", arg ? arg : "", msg);
     return false;
 }
 
@@ -216,6 +217,7 @@ static bool opt_serial(VmmOptions *o, const char *name, const char *arg, GError 
     }
     if (o->serial == SERIAL_DEFAULT || o->serial == SERIAL_NONE) {
         o->serial = b;
+        o->serial_mon = !strcmp(arg, "mon:stdio");
         g_free(o->serial_path);
         o->serial_path = b == SERIAL_FILE ? g_strdup(arg + 5) : NULL;
     }
@@ -437,21 +439,22 @@ static bool options_one(VmmOptions *o, int argc, char **argv, int *i, GError **e
     const OptDef *def;
 
     if (name[0] != '-' || !name[1]) {
-        g_set_error(errp, VMM_ERROR, 0, "'%s': unexpected argument (disk images need -drive)",
+        g_set_error(errp, VMM_ERROR, EINVAL, "'%s': unexpected argument (disk images need -drive)",
                     name);
         return false;
     }
     name += name[1] == '-' ? 2 : 1; /* QEMU takes "--opt" as "-opt" */
     def = options_lookup(name);
     if (!def) {
-        g_set_error(errp, VMM_ERROR, 0, "-%s: invalid or unsupported option (see --help)", name);
+        g_set_error(errp, VMM_ERROR, EINVAL, "-%s: invalid or unsupported option (see --help)",
+                    name);
         return false;
     }
     if (!def->has_arg) {
         return def->handler(o, name, NULL, errp);
     }
     if (*i + 1 >= argc) {
-        g_set_error(errp, VMM_ERROR, 0, "-%s: requires an argument", name);
+        g_set_error(errp, VMM_ERROR, EINVAL, "-%s: requires an argument", name);
         return false;
     }
     (*i)++;

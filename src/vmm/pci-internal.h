@@ -2,7 +2,7 @@
 #ifndef VBLK_PCI_INTERNAL_H
 #define VBLK_PCI_INTERNAL_H
 
-#include "vblk/pci.h"
+#include "vmm/pci.h"
 
 /* BAR index holding the MSI-X table and PBA. */
 unsigned msix_bar(PciDevice *dev);

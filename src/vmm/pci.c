@@ -2,11 +2,12 @@
  * vblk: PCI bus 0: configuration mechanism #1, type-0 headers with per-byte
  * write masks, memory BAR sizing and placement, capability lists, INTx.
  */
+#include <errno.h>
 #include <linux/pci_regs.h>
 #include <string.h>
 
 #include "pci-internal.h"
-#include "vblk/vmm.h"
+#include "vmm/vmm.h"
 
 #define CONF1_ADDR_PORT 0xcf8
 #define CONF1_ENABLE    0x80000000u
@@ -52,17 +53,9 @@ uint16_t pci_get_word(const PciDevice *dev, unsigned off)
 }
 
 /* Context: any thread */
-uint32_t pci_get_long(const PciDevice *dev, unsigned off)
+static uint32_t pci_get_long(const PciDevice *dev, unsigned off)
 {
     return pci_get_word(dev, off) | ((uint32_t)pci_get_word(dev, off + 2) << 16);
-}
-
-/* Context: main thread */
-void pci_device_set_wmask(PciDevice *dev, unsigned off, unsigned len, uint8_t mask)
-{
-    for (unsigned i = off; i < off + len && i < PCI_CONFIG_SIZE; i++) {
-        dev->wmask[i] = mask;
-    }
 }
 
 /* Context: main thread */
@@ -108,8 +101,8 @@ bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64b
     if (bar >= PCI_NUM_BARS || (is_64bit && bar == PCI_NUM_BARS - 1) || size < 16 ||
         (size & (size - 1)) || (!is_64bit && size > (1ULL << 31)) || dev->bars[bar].size ||
         (bar > 0 && dev->bars[bar - 1].is_64bit) || (is_64bit && dev->bars[bar + 1].size)) {
-        g_set_error(errp, VMM_ERROR, 0, "%s: invalid BAR %u of 0x%" G_GINT64_MODIFIER "x bytes",
-                    dev->name, bar, size);
+        g_set_error(errp, VMM_ERROR, EINVAL,
+                    "%s: invalid BAR %u of 0x%" G_GINT64_MODIFIER "x bytes", dev->name, bar, size);
         return false;
     }
     dev->bars[bar] = (PciBar){.size = size, .is_64bit = is_64bit};
@@ -134,7 +127,8 @@ uint8_t pci_device_add_cap(PciDevice *dev, uint8_t cap_id, uint8_t len, GError *
     unsigned off = dev->cap_next;
 
     if (len < 2 || off + len > PCI_CONFIG_SIZE) {
-        g_set_error(errp, VMM_ERROR, 0, "%s: no room for a %u-byte capability", dev->name, len);
+        g_set_error(errp, VMM_ERROR, ENOSPC, "%s: no room for a %u-byte capability", dev->name,
+                    len);
         return 0;
     }
     pci_set_byte(dev, off, cap_id);
@@ -151,15 +145,9 @@ uint8_t pci_device_add_cap(PciDevice *dev, uint8_t cap_id, uint8_t len, GError *
 }
 
 /* Context: device lock held */
-bool pci_memory_enabled(PciDevice *dev)
+static bool pci_memory_enabled(PciDevice *dev)
 {
     return pci_get_word(dev, PCI_COMMAND) & PCI_COMMAND_MEMORY;
-}
-
-/* Context: device lock held */
-bool pci_bus_master_enabled(PciDevice *dev)
-{
-    return pci_get_word(dev, PCI_COMMAND) & PCI_COMMAND_MASTER;
 }
 
 /* The address the BAR registers decode now, or 0 for "not decoded". */
@@ -292,7 +280,7 @@ void pci_set_irq(PciDevice *dev, bool level)
 }
 
 /* Context: device lock held */
-uint32_t pci_config_read(PciDevice *dev, unsigned off, unsigned size)
+static uint32_t pci_config_read(PciDevice *dev, unsigned off, unsigned size)
 {
     uint32_t val = 0;
 
@@ -314,7 +302,7 @@ static bool ranges_overlap(unsigned a, unsigned alen, unsigned b, unsigned blen)
 }
 
 /* Context: device lock held */
-void pci_config_write(PciDevice *dev, unsigned off, uint32_t val, unsigned size)
+static void pci_config_write(PciDevice *dev, unsigned off, uint32_t val, unsigned size)
 {
     if (off >= PCI_CONFIG_SIZE || size > 4 || off + size > PCI_CONFIG_SIZE) {
         return;
@@ -474,7 +462,7 @@ static bool pci_assign_bars(PciBus *bus, PciDevice *dev, GError **errp)
         }
         addr = (bus->mmio_next + b->size - 1) & ~(b->size - 1);
         if (addr + b->size > VMM_PCI_MMIO_END) {
-            g_set_error(errp, VMM_ERROR, 0, "%s: PCI MMIO window is full", dev->name);
+            g_set_error(errp, VMM_ERROR, ENOSPC, "%s: PCI MMIO window is full", dev->name);
             return false;
         }
         bus->mmio_next = addr + b->size;
@@ -491,7 +479,7 @@ static bool pci_assign_bars(PciBus *bus, PciDevice *dev, GError **errp)
 bool pci_bus_register(PciBus *bus, PciDevice *dev, unsigned slot, GError **errp)
 {
     if (slot >= PCI_SLOTS || bus->slots[slot]) {
-        g_set_error(errp, VMM_ERROR, 0, "PCI: slot %u is %s", slot,
+        g_set_error(errp, VMM_ERROR, EBUSY, "PCI: slot %u is %s", slot,
                     slot >= PCI_SLOTS ? "out of range" : "already in use");
         return false;
     }

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "vblk/ports.h"
+#include "vmm/ports.h"
 
 #define I8042_DATA 0x60
 #define I8042_CMD  0x64

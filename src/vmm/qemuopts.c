@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vblk/options.h"
-#include "vblk/vmm.h"
+#include "vmm/options.h"
+#include "vmm/vmm.h"
 
 static void opt_pair_free(gpointer p)
 {
@@ -64,7 +64,7 @@ GPtrArray *opts_split(const char *arg, const char *implied, GError **errp)
         }
         g_ptr_array_add(pairs, pair);
         if (!*pair->key) {
-            g_set_error(errp, VMM_ERROR, 0, "empty parameter name in '%s'", arg);
+            g_set_error(errp, VMM_ERROR, EINVAL, "empty parameter name in '%s'", arg);
             g_ptr_array_free(pairs, TRUE);
             return NULL;
         }

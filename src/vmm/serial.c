@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "vblk/serial.h"
+#include "vmm/serial.h"
 
 #define UART_MSR_DCD_DSR_CTS 0xb0
 

@@ -11,7 +11,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "vblk/boot.h"
+#include "util/debug-state.h"
+#include "util/error-report.h"
+#include "vmm/boot.h"
 #include "vm-internal.h"
 
 /* Kicks a vCPU thread out of KVM_RUN; the handler only has to exist. */
@@ -137,7 +139,7 @@ static bool vcpu_set_msrs(Vcpu *vcpu, GError **errp)
         return vcpu_errno(errp, vcpu->id, "KVM_SET_MSRS");
     }
     if ((size_t)ret != n) {
-        g_set_error(errp, VMM_ERROR, 0, "vCPU %u: KVM refused MSR 0x%x", vcpu->id,
+        g_set_error(errp, VMM_ERROR, EIO, "vCPU %u: KVM refused MSR 0x%x", vcpu->id,
                     boot_msrs[ret].index);
         return false;
     }
@@ -196,6 +198,12 @@ static bool vcpu_init(Vm *vm, Vcpu *vcpu, unsigned id, int run_size, GError **er
     /* What this vCPU looks like at power-on is what a reset restores. */
     return vcpu_set_cpuid(vcpu, errp) && vcpu_set_msrs(vcpu, errp) && vcpu_set_lint(vcpu, errp) &&
            vcpu_set_fpu(vcpu, errp) && vcpu_snapshot(vcpu, errp);
+}
+
+/* Context: any thread */
+int vm_vcpu_thread_id(Vm *vm, unsigned index)
+{
+    return vm->vcpus && index < vm->nvcpus ? atomic_load(&vm->vcpus[index].tid) : 0;
 }
 
 /* Context: main thread */
@@ -272,8 +280,8 @@ static void vcpu_log_unhandled(const char *space, uint64_t addr, unsigned size, 
     static atomic_int logged;
 
     if (g_getenv("VBLK_DEBUG_UNHANDLED") && atomic_fetch_add(&logged, 1) < 64) {
-        fprintf(stderr, "vblk: unhandled %s %s 0x%" G_GINT64_MODIFIER "x size %u\n", space,
-                write ? "write" : "read", addr, size);
+        error_report("unhandled %s %s 0x%" G_GINT64_MODIFIER "x size %u", space,
+                     write ? "write" : "read", addr, size);
     }
 }
 
@@ -333,17 +341,128 @@ static void vcpu_handle_mmio(Vcpu *vcpu)
     }
 }
 
-static void vcpu_report_error(Vcpu *vcpu, const char *what, uint64_t code)
+static void vcpu_fill_state(VmCpuState *s, const struct kvm_regs *r, const struct kvm_sregs *sr)
+{
+    *s = (VmCpuState){.rip = r->rip,
+                      .rsp = r->rsp,
+                      .rflags = r->rflags,
+                      .rax = r->rax,
+                      .rbx = r->rbx,
+                      .rcx = r->rcx,
+                      .rdx = r->rdx,
+                      .rsi = r->rsi,
+                      .rdi = r->rdi,
+                      .rbp = r->rbp,
+                      .cr0 = sr->cr0,
+                      .cr2 = sr->cr2,
+                      .cr3 = sr->cr3,
+                      .cr4 = sr->cr4,
+                      .efer = sr->efer};
+    s->cs.selector = sr->cs.selector;
+    s->cs.base = sr->cs.base;
+    s->cs.limit = sr->cs.limit;
+    s->cs.type = sr->cs.type;
+    s->cs.dpl = sr->cs.dpl;
+    s->cs.present = sr->cs.present;
+    s->cs.l = sr->cs.l;
+    s->cs.db = sr->cs.db;
+    s->ss.selector = sr->ss.selector;
+    s->ss.base = sr->ss.base;
+    s->ss.limit = sr->ss.limit;
+    s->ss.type = sr->ss.type;
+    s->ss.dpl = sr->ss.dpl;
+    s->ss.present = sr->ss.present;
+    s->ss.l = sr->ss.l;
+    s->ss.db = sr->ss.db;
+}
+
+/* Context: the vCPU's thread, or any thread while it is paused */
+bool vm_get_vcpu_state(Vm *vm, unsigned id, VmCpuState *s, GError **errp)
 {
     struct kvm_regs regs;
-    char *msg;
+    struct kvm_sregs sregs;
 
-    memset(&regs, 0, sizeof(regs));
-    ioctl(vcpu->fd, KVM_GET_REGS, &regs);
-    msg = g_strdup_printf("vCPU %u: %s (reason 0x%llx) at rip 0x%llx", vcpu->id, what,
-                          (unsigned long long)code, (unsigned long long)regs.rip);
-    vm_request_exit(vcpu->vm, VM_EXIT_ERROR, msg);
-    g_free(msg);
+    if (id >= vm->nvcpus) {
+        g_set_error(errp, VMM_ERROR, EINVAL, "vCPU %u does not exist", id);
+        return false;
+    }
+    if (ioctl(vm->vcpus[id].fd, KVM_GET_REGS, &regs) < 0) {
+        return vcpu_errno(errp, id, "KVM_GET_REGS");
+    }
+    if (ioctl(vm->vcpus[id].fd, KVM_GET_SREGS, &sregs) < 0) {
+        return vcpu_errno(errp, id, "KVM_GET_SREGS");
+    }
+    vcpu_fill_state(s, &regs, &sregs);
+    return true;
+}
+
+/* The vCPU's registers on stderr, one error_report() line each, after a headline. */
+static void vcpu_report_state(Vcpu *vcpu, bool after_shutdown)
+{
+    g_autoptr(GString) text = g_string_new(NULL);
+    g_autofree char *prefix = g_strdup_printf("vCPU %u: ", vcpu->id);
+    GError *err = NULL;
+    VmCpuState st;
+    char *line;
+
+    if (!vm_get_vcpu_state(vcpu->vm, vcpu->id, &st, &err)) {
+        error_report("%s", err->message);
+        g_error_free(err);
+        return;
+    }
+    if (after_shutdown && st.rip == 0xfff0 && st.cs.selector == 0xf000) {
+        /* AMD SVM: the VMCB is undefined after a shutdown intercept, so KVM resets the vCPU. */
+        error_report("vCPU %u: KVM reset this vCPU at the shutdown (it does on AMD SVM): the "
+                     "registers below are the reset state, not the faulting one",
+                     vcpu->id);
+    }
+    vm_cpu_state_format(text, prefix, &st);
+    for (line = text->str; *line;) {
+        char *nl = strchr(line, '\n');
+
+        *nl = '\0';
+        error_report("%s", line);
+        line = nl + 1;
+    }
+}
+
+/*
+ * A vCPU cannot go on (internal error, failed entry, unexpected exit): the
+ * reason and the registers on stderr, then vblk ends with status 1.
+ */
+static void vcpu_report_error(Vcpu *vcpu, const char *what, uint64_t code)
+{
+    struct kvm_run *run = vcpu->run;
+
+    error_report("vCPU %u: %s (reason 0x%llx); vblk ends with status 1", vcpu->id, what,
+                 (unsigned long long)code);
+    if (run && run->exit_reason == KVM_EXIT_INTERNAL_ERROR) {
+        g_autoptr(GString) data = g_string_new(NULL);
+        unsigned n = MIN(run->internal.ndata, (uint32_t)G_N_ELEMENTS(run->internal.data));
+
+        for (unsigned i = 0; i < n; i++) {
+            g_string_append_printf(data, " 0x%llx", (unsigned long long)run->internal.data[i]);
+        }
+        error_report("vCPU %u: suberror %u, %u data words:%s", vcpu->id, run->internal.suberror, n,
+                     data->str);
+    }
+    vcpu_report_state(vcpu, false);
+    vm_request_exit(vcpu->vm, VM_EXIT_ERROR, NULL);
+}
+
+/*
+ * Triple fault: the CPU shut down (KVM_EXIT_SHUTDOWN). A PC resets then, and
+ * so does vblk (RESET, reason guest-reset, as QEMU), but never silently: a
+ * guest that meant to reboot uses port 0x64 or 0xcf9, so this is a crash.
+ */
+static void vcpu_report_triple_fault(Vcpu *vcpu)
+{
+    error_report("vCPU %u: triple fault (KVM_EXIT_SHUTDOWN) after %" G_GUINT64_FORMAT " exits: %s",
+                 vcpu->id, (guint64)atomic_load_explicit(&vcpu->exits, memory_order_relaxed),
+                 vcpu->vm->cfg.reset_in_place
+                     ? "the guest is reset (QMP RESET, reason guest-reset)"
+                     : "-no-reboot: vblk ends with status 2 (QMP SHUTDOWN, reason guest-reset)");
+    vcpu_report_state(vcpu, true);
 }
 
 /* Returns false when the vCPU must stop running. */
@@ -366,7 +485,8 @@ static bool vcpu_handle_exit(Vcpu *vcpu)
         return true;
     case KVM_EXIT_SHUTDOWN:
         /* Triple fault: what a PC does on reset, and what reboot=t asks for. */
-        vm_request_exit(vcpu->vm, VM_EXIT_RESET, NULL);
+        vcpu_report_triple_fault(vcpu);
+        vm_request_exit(vcpu->vm, VM_EXIT_TRIPLE_FAULT, NULL);
         return true; /* held out of KVM_RUN until the reset is done */
     case KVM_EXIT_SYSTEM_EVENT:
         if (run->system_event.type == KVM_SYSTEM_EVENT_CRASH) {
@@ -414,7 +534,7 @@ static void vcpu_complete_pending_exit(Vcpu *vcpu)
         atomic_store(immediate_exit, 1);
         if (ioctl(vcpu->fd, KVM_RUN, 0) < 0) {
             if (errno != EINTR && errno != EAGAIN) {
-                g_warning("vCPU %u: completing an I/O exit: %s", vcpu->id, g_strerror(errno));
+                warn_report("vCPU %u: completing an I/O exit: %s", vcpu->id, g_strerror(errno));
             }
         } else if (!vcpu_handle_exit(vcpu)) {
             break; /* only IO/MMIO can come back before the immediate exit */
@@ -423,20 +543,45 @@ static void vcpu_complete_pending_exit(Vcpu *vcpu)
     }
 }
 
+static void vcpu_set_state(Vcpu *vcpu, VcpuRunState st)
+{
+    atomic_store_explicit(&vcpu->state, (int)st, memory_order_relaxed);
+    atomic_store_explicit(&vcpu->state_since_us, g_get_monotonic_time(), memory_order_relaxed);
+}
+
+/* A debug-state dump asked for this vCPU's RIP: read it here, where KVM allows it. */
+static void vcpu_answer_dump(Vcpu *vcpu)
+{
+    struct kvm_regs regs;
+
+    if (!atomic_exchange(&vcpu->dump_req, false)) {
+        return;
+    }
+    if (ioctl(vcpu->fd, KVM_GET_REGS, &regs) < 0) {
+        regs.rip = regs.rsp = UINT64_MAX;
+    }
+    atomic_store_explicit(&vcpu->dump_rip, regs.rip, memory_order_relaxed);
+    atomic_store_explicit(&vcpu->dump_rsp, regs.rsp, memory_order_relaxed);
+    atomic_fetch_add_explicit(&vcpu->dump_seq, 1, memory_order_release);
+}
+
 /* Blocks while a pause or a reset is requested; returns false when the VM is stopping. */
 static bool vcpu_wait_runnable(Vcpu *vcpu)
 {
     Vm *vm = vcpu->vm;
 
+    vcpu_answer_dump(vcpu);
     if (!atomic_load(&vm->pause_req) && !atomic_load(&vm->reset_req) && !atomic_load(&vm->stop)) {
         return true;
     }
     vcpu_complete_pending_exit(vcpu);
     pthread_mutex_lock(&vm->run_lock);
     vm->paused_count++;
+    vcpu_set_state(vcpu, VCPU_ST_PAUSED);
     pthread_cond_broadcast(&vm->run_cond);
     while ((atomic_load(&vm->pause_req) || atomic_load(&vm->reset_req)) &&
            !atomic_load(&vm->stop)) {
+        vcpu_answer_dump(vcpu);
         pthread_cond_wait(&vm->run_cond, &vm->run_lock);
     }
     vm->paused_count--;
@@ -453,12 +598,17 @@ static void *vcpu_thread(void *arg)
 
     snprintf(name, sizeof(name), "vcpu%u", vcpu->id);
     pthread_setname_np(pthread_self(), name);
+    atomic_store(&vcpu->tid, (int)gettid());
     sigemptyset(&set);
     sigaddset(&set, VCPU_KICK_SIGNAL);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 
     while (vcpu_wait_runnable(vcpu)) {
-        int r = ioctl(vcpu->fd, KVM_RUN, 0);
+        int r;
+
+        vcpu_set_state(vcpu, VCPU_ST_IN_KVM_RUN);
+        r = ioctl(vcpu->fd, KVM_RUN, 0);
+        vcpu_set_state(vcpu, VCPU_ST_EXIT);
 
         /* Any entry completes the previous IO/MMIO exit, even one kicked out at once. */
         vcpu->exit_pending = false;
@@ -471,10 +621,13 @@ static void *vcpu_thread(void *arg)
             vcpu_report_error(vcpu, "KVM_RUN failed", errno);
             break;
         }
+        atomic_store_explicit(&vcpu->last_exit, vcpu->run->exit_reason, memory_order_relaxed);
+        atomic_fetch_add_explicit(&vcpu->exits, 1, memory_order_relaxed);
         if (!vcpu_handle_exit(vcpu)) {
             break;
         }
     }
+    vcpu_set_state(vcpu, VCPU_ST_ENDED);
     /* A vCPU that has left the loop counts as paused for vm_pause(). */
     pthread_mutex_lock(&vm->run_lock);
     vm->exited_count++;
@@ -494,6 +647,114 @@ static void vcpu_kick(Vcpu *vcpu)
     }
     atomic_store((_Atomic uint8_t *)&vcpu->run->immediate_exit, 1);
     pthread_kill(vcpu->thread, VCPU_KICK_SIGNAL);
+}
+
+static const char *vcpu_exit_name(unsigned reason)
+{
+    switch (reason) {
+    case KVM_EXIT_IO:
+        return "IO";
+    case KVM_EXIT_MMIO:
+        return "MMIO";
+    case KVM_EXIT_HLT:
+        return "HLT";
+    case KVM_EXIT_INTR:
+        return "INTR";
+    case KVM_EXIT_IRQ_WINDOW_OPEN:
+        return "IRQ_WINDOW_OPEN";
+    case KVM_EXIT_SHUTDOWN:
+        return "SHUTDOWN";
+    case KVM_EXIT_SYSTEM_EVENT:
+        return "SYSTEM_EVENT";
+    case KVM_EXIT_FAIL_ENTRY:
+        return "FAIL_ENTRY";
+    case KVM_EXIT_INTERNAL_ERROR:
+        return "INTERNAL_ERROR";
+    default:
+        return "other";
+    }
+}
+
+static const char *const vcpu_state_names[] = {
+    [VCPU_ST_NOT_STARTED] = "not started",
+    [VCPU_ST_IN_KVM_RUN] = "in KVM_RUN",
+    [VCPU_ST_EXIT] = "handling an exit",
+    [VCPU_ST_PAUSED] = "paused",
+    [VCPU_ST_ENDED] = "ended",
+};
+
+/* Kicks @vcpu and waits up to @wait_ms for its answer; false if it did not answer. */
+static bool vcpu_sample(Vcpu *vcpu, unsigned wait_ms, uint64_t *rip, uint64_t *rsp)
+{
+    Vm *vm = vcpu->vm;
+    unsigned seq = atomic_load_explicit(&vcpu->dump_seq, memory_order_acquire);
+    gint64 deadline = g_get_monotonic_time() + (gint64)wait_ms * 1000;
+
+    atomic_store(&vcpu->dump_req, true);
+    vcpu_kick(vcpu); /* out of KVM_RUN */
+    pthread_mutex_lock(&vm->run_lock);
+    pthread_cond_broadcast(&vm->run_cond); /* a paused one answers in its wait loop */
+    pthread_mutex_unlock(&vm->run_lock);
+    while (atomic_load_explicit(&vcpu->dump_seq, memory_order_acquire) == seq) {
+        if (g_get_monotonic_time() >= deadline) {
+            atomic_store(&vcpu->dump_req, false);
+            return false;
+        }
+        g_usleep(1000);
+    }
+    *rip = atomic_load_explicit(&vcpu->dump_rip, memory_order_relaxed);
+    *rsp = atomic_load_explicit(&vcpu->dump_rsp, memory_order_relaxed);
+    return true;
+}
+
+/* Context: any thread but a vCPU's */
+void vm_debug_state(Vm *vm, GString *out, unsigned wait_ms)
+{
+    gint64 now = g_get_monotonic_time();
+    unsigned holder = atomic_load_explicit(&vm->dev_lock_holder, memory_order_relaxed);
+
+    g_string_append_printf(
+        out,
+        "vm: pause requested %d, reset requested %d, stopping %d, exit reason %d, "
+        "BQL %s",
+        atomic_load(&vm->pause_req), atomic_load(&vm->reset_req), atomic_load(&vm->stop),
+        atomic_load(&vm->exit_reason), holder ? "held by thread " : "free");
+    if (holder) {
+        g_string_append_printf(out, "%u", holder);
+    }
+    g_string_append_c(out, '\n');
+    for (unsigned i = 0; i < vm->nvcpus; i++) {
+        Vcpu *vcpu = &vm->vcpus[i];
+        int st = atomic_load_explicit(&vcpu->state, memory_order_relaxed);
+        gint64 since = atomic_load_explicit(&vcpu->state_since_us, memory_order_relaxed);
+        unsigned last = atomic_load_explicit(&vcpu->last_exit, memory_order_relaxed);
+        uint64_t exits = atomic_load_explicit(&vcpu->exits, memory_order_relaxed);
+        uint64_t rip = 0, rsp = 0;
+        bool live = st != VCPU_ST_NOT_STARTED && st != VCPU_ST_ENDED;
+
+        g_string_append_printf(
+            out, "vCPU %u: %s for %" G_GINT64_FORMAT " ms, %" G_GUINT64_FORMAT " exits", i,
+            (unsigned)st < G_N_ELEMENTS(vcpu_state_names) ? vcpu_state_names[st] : "?",
+            since ? (now - since) / 1000 : 0, exits);
+        if (exits) {
+            g_string_append_printf(out, ", last exit %s (%u)", vcpu_exit_name(last), last);
+        }
+        if (live && vcpu_sample(vcpu, wait_ms, &rip, &rsp)) {
+            g_string_append_printf(
+                out, ", RIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER "x", rip, rsp);
+        } else if (live) {
+            g_string_append_printf(out,
+                                   ", RIP unknown: did not leave vblk's exit handling "
+                                   "within %u ms (waiting for the BQL?)",
+                                   wait_ms);
+        }
+        g_string_append_c(out, '\n');
+    }
+}
+
+static void vm_debug_state_fn(GString *out, void *opaque)
+{
+    vm_debug_state(opaque, out, 200);
 }
 
 /* Context: main thread */
@@ -520,6 +781,7 @@ bool vm_start(Vm *vm, bool paused, GError **errp)
         vcpu->thread_started = true;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    debug_state_register(vm_debug_state_fn, vm);
     return true;
 }
 
@@ -571,6 +833,7 @@ bool vm_get_vcpu_rip_rax(Vm *vm, unsigned id, uint64_t *rip, uint64_t *rax, GErr
 /* Context: main thread (vm_free) */
 void vcpu_stop_all(Vm *vm)
 {
+    debug_state_unregister(vm_debug_state_fn, vm); /* waits for a dump that samples the vCPUs */
     pthread_mutex_lock(&vm->run_lock);
     atomic_store(&vm->stop, true);
     pthread_cond_broadcast(&vm->run_cond);

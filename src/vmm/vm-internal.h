@@ -9,9 +9,18 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "vblk/vmm.h"
+#include "vmm/vmm.h"
 
 typedef struct VcpuSnapshot VcpuSnapshot;
+
+/* Where a vCPU thread is, for the debug-state dump (Vcpu.state). */
+typedef enum VcpuRunState {
+    VCPU_ST_NOT_STARTED = 0,
+    VCPU_ST_IN_KVM_RUN, /* inside the KVM_RUN ioctl: the guest runs or halts */
+    VCPU_ST_EXIT,       /* handling an exit in vblk (device emulation, maybe waiting for the BQL) */
+    VCPU_ST_PAUSED,     /* parked: stop, -S, a reset in progress */
+    VCPU_ST_ENDED,      /* left its loop (error, or the VM is being freed) */
+} VcpuRunState;
 
 typedef struct Vcpu {
     Vm *vm;
@@ -20,9 +29,21 @@ typedef struct Vcpu {
     struct kvm_run *run;
     size_t run_size;
     pthread_t thread;
+    atomic_int tid; /* the thread's host id once it runs (query-cpus-fast) */
     bool thread_started;
     bool exit_pending;  /* vCPU thread: an IO/MMIO exit KVM completes on the next KVM_RUN */
     VcpuSnapshot *snap; /* power-on state, for resets (vm-reset.c) */
+
+    /* Debug state: written by the vCPU thread, read by the dump (relaxed). */
+    atomic_int state;              /* VcpuRunState */
+    _Atomic int64_t state_since_us; /* g_get_monotonic_time() when it entered that state */
+    atomic_uint last_exit;         /* kvm_run.exit_reason of the last exit */
+    atomic_uint_fast64_t exits;
+    /* A register sample on request: dump_req set, kicked; the thread answers with dump_seq. */
+    atomic_bool dump_req;
+    atomic_uint dump_seq;
+    _Atomic uint64_t dump_rip;
+    _Atomic uint64_t dump_rsp;
 } Vcpu;
 
 struct Vm {
@@ -39,6 +60,7 @@ struct Vm {
     bool tsc_deadline;
 
     pthread_mutex_t dev_lock;
+    atomic_uint dev_lock_holder; /* thread id holding dev_lock (the BQL), 0: free */
     IoBus *pio;
     IoBus *mmio;
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "vm-internal.h"
+#include "util/error-report.h"
 
 #define MSR_KVM_WALL_CLOCK     0x11
 #define MSR_KVM_WALL_CLOCK_NEW 0x4b564d00
@@ -211,8 +212,8 @@ static void vcpu_restore_msrs(Vcpu *vcpu)
 
     vcpu_msrs_filter(vcpu, KVM_SET_MSRS, s, done);
     if (done->nmsrs < s->nmsrs) {
-        fprintf(stderr, "vblk: reset: vCPU %u: KVM refused %u of %u MSRs (left as they were)\n",
-                vcpu->id, s->nmsrs - done->nmsrs, s->nmsrs);
+        warn_report("reset: vCPU %u: KVM refused %u of %u MSRs (left as they were)", vcpu->id,
+                    s->nmsrs - done->nmsrs, s->nmsrs);
     }
     g_free(done);
 }
@@ -260,7 +261,7 @@ static bool vcpu_restore(Vcpu *vcpu, GError **errp)
 bool vm_reset_cpus(Vm *vm, GError **errp)
 {
     if (!vm->chips_saved) {
-        g_set_error(errp, VMM_ERROR, 0, "reset: no power-on state was saved");
+        g_set_error(errp, VMM_ERROR, ENOENT, "reset: no power-on state was saved");
         return false;
     }
     for (unsigned i = 0; i < G_N_ELEMENTS(vm->chips); i++) {
@@ -273,7 +274,7 @@ bool vm_reset_cpus(Vm *vm, GError **errp)
     }
     for (unsigned i = 0; i < vm->nvcpus; i++) {
         if (!vm->vcpus[i].snap) {
-            g_set_error(errp, VMM_ERROR, 0, "reset: vCPU %u has no saved state", i);
+            g_set_error(errp, VMM_ERROR, ENOENT, "reset: vCPU %u has no saved state", i);
             return false;
         }
         if (!vcpu_restore(&vm->vcpus[i], errp)) {

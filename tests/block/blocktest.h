@@ -7,7 +7,7 @@
 #ifndef VBLK_TESTS_BLOCKTEST_H
 #define VBLK_TESTS_BLOCKTEST_H
 
-#include "vblk/block.h"
+#include "block/block.h"
 
 typedef struct BtDone {
     int ret;

@@ -311,6 +311,8 @@ static void test_acct(void)
     g_assert_cmpuint(st.rd_bytes, ==, 5 * 4096);
     g_assert_cmpuint(st.wr_operations, ==, 3);
     g_assert_cmpuint(st.wr_bytes, ==, 3 * 1024);
+    /* the end of the highest write; the later discard of 64 KiB does not count */
+    g_assert_cmpuint(st.wr_highest_offset, ==, 4096 + 1024);
     g_assert_cmpuint(st.flush_operations, ==, 1);
     g_assert_cmpuint(st.unmap_operations, ==, 1);
     g_assert_cmpuint(st.unmap_bytes, ==, 65536);
@@ -328,6 +330,20 @@ static void test_acct(void)
 
         g_assert_false(blk_set_latency_histogram(blk, BLOCK_ACCT_READ, bad, 2, &err));
         g_clear_error(&err);
+    }
+    /* a lower write leaves it; a dataplane shard's higher one raises it, also once folded in */
+    g_assert_cmpint(bt_write(blk, 0, buf, 512), ==, 0);
+    {
+        BlockAcctShard sh[2];
+
+        blk_acct_attach_shards(blk, sh, 2);
+        block_acct_shard_write_end(&sh[1], 1 << 20);
+        block_acct_shard_write_end(&sh[1], 8192); /* lower: no change */
+        blk_get_stats(blk, &st);
+        g_assert_cmpuint(st.wr_highest_offset, ==, 1 << 20);
+        blk_acct_detach_shards(blk);
+        blk_get_stats(blk, &st);
+        g_assert_cmpuint(st.wr_highest_offset, ==, 1 << 20);
     }
     blk_unref(blk);
 }

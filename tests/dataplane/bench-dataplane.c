@@ -11,6 +11,9 @@
  * cycles_per_req is the iothread's own cost (pop+parse, completion, notify),
  * excluding the submit syscall; cycles_total_per_req includes it.
  *
+ * --backend nbd --file URI: an NBD export (nbd://H:P/E, nbd+unix:///E?socket=S)
+ * instead of a file; the dataplane has its own connection (the "nbd" IOQ).
+ *
  * --path block serves the same queue through the x-data-plane=off path
  * instead: a DpSwitch started on the block layer, whose main loop runs on a
  * thread of its own (pinned like the iothread); its per-stage counters are
@@ -29,8 +32,9 @@
 #include <linux/virtio_blk.h>
 
 #include "dpfix.h"
-#include "vblk/block.h"
-#include "vblk/dp-switch.h"
+#include "block/block.h"
+#include "devices/dp-switch.h"
+#include "util/thread-check.h"
 
 #define HIST_US 200000 /* 1 us buckets up to 200 ms */
 
@@ -83,9 +87,11 @@ static gint bql_poll(GPollFD *fds, guint nfds, gint timeout)
 {
     gint r;
 
+    bql_note_held(false);
     g_mutex_unlock(&fake_bql);
     r = glib_poll(fds, nfds, timeout);
     g_mutex_lock(&fake_bql);
+    bql_note_held(true);
     return r;
 }
 
@@ -98,6 +104,8 @@ static gpointer main_loop_thread(gpointer opaque)
     if (iothread_cpu >= 0) {
         pin_self(&iothread_cpu);
     }
+    /* This thread is the block layer's main loop: main-loop context for THREAD_ASSERT_MAIN(). */
+    bql_note_held(true);
     if (m->glib) {
         ctx = g_main_context_new();
         g_main_context_push_thread_default(ctx);
@@ -130,7 +138,7 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
 {
     DataPlaneQueue dq = {.q = f->q,
                          .host_notifier = testvq_kick_fd(f->tvq),
-                         .guest_notifier = testvq_call_fd(f->tvq)};
+                         .notifier = {.fd = testvq_call_fd(f->tvq)}};
     g_autofree char *optstr = NULL;
     GHashTable *opts;
     GError *err = NULL;
@@ -138,8 +146,10 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
 
     *loop = event_loop_new(&err);
     g_assert_no_error(err);
-    optstr = f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
-                       : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
+    optstr = !strcmp(f->o.engine, "nbd")
+                 ? g_strdup_printf("file=%s,format=raw", f->o.path)
+             : f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
+                         : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
     opts = blk_opts_parse(optstr);
     *backend = blk_new_from_drive_opts(opts, *loop, &err);
     g_hash_table_unref(opts);
@@ -151,10 +161,13 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
                                        .main_loop = *loop,
                                        .backend = *backend,
                                        .iothread = f->iothread,
-                                       .ioq = {.engine = f->fd < 0 ? "null" : "io_uring",
+                                       .ioq = {.engine = !strcmp(f->o.engine, "nbd") ? "nbd"
+                                                         : f->fd < 0                  ? "null"
+                                                                                      : "io_uring",
                                                .fd = f->fd,
                                                .direct = f->direct_ok,
-                                               .logical_block_size = 512},
+                                               .logical_block_size = 512,
+                                               .nbd = f->o.nbd},
                                        .num_queues = 1,
                                        .queue_size = f->o.queue_size},
                        &err);
@@ -171,6 +184,8 @@ typedef struct Slot {
 int main(int argc, char **argv)
 {
     const char *backend = "null", *aio = "native", *file = NULL, *path = "dataplane";
+    EventLoop *probe_loop = NULL;
+    BlockBackend *probe = NULL; /* nbd: the drive whose server the paths connect to */
     MainLoopThread ml = {0};
     GThread *ml_thread = NULL;
     BlockBackend *blkbe = NULL;
@@ -226,8 +241,31 @@ int main(int argc, char **argv)
         o.engine = strcmp(aio, "threads") ? aio : "io_uring"; /* the block path's own pool */
         o.path = file;
         o.direct = true;
+    } else if (!strcmp(backend, "nbd") && file) {
+        /* What the device does: open the drive, hand its server to the dataplane. */
+        g_autofree char *s = g_strdup_printf("file=%s,format=raw", file);
+        GHashTable *t = blk_opts_parse(s);
+        GError *err = NULL;
+        BlockHostInfo hi;
+
+        probe_loop = event_loop_new(&err);
+        g_assert_no_error(err);
+        probe = blk_new_from_drive_opts(t, probe_loop, &err);
+        g_hash_table_unref(t);
+        if (!probe) {
+            fprintf(stderr, "bench-dataplane: %s: %s\n", file, err->message);
+            return 1;
+        }
+        blk_get_host_info(probe, &hi);
+        o.engine = "nbd";
+        o.path = file;
+        o.disk_size = (uint64_t)blk_getlength(probe);
+        o.nbd = (IOQNbdConfig){.host = hi.nbd_host,
+                               .port = hi.nbd_port,
+                               .socket = hi.nbd_socket,
+                               .export_name = hi.nbd_export};
     } else {
-        fprintf(stderr, "bench-dataplane: --backend null|file (file needs --file)\n");
+        fprintf(stderr, "bench-dataplane: --backend null|file|nbd (file and nbd need --file)\n");
         return 1;
     }
     o.queue_size = 256;
@@ -373,6 +411,8 @@ int main(int argc, char **argv)
     dpfix_stop(f);
 out:
     dpfix_free(f);
+    blk_unref(probe);
+    event_loop_free(probe_loop);
     g_free(slots);
     g_free(slot_of_head);
     free(hist);

@@ -67,11 +67,12 @@ DpFix *dpfix_new(const DpFixOpts *o)
     if (!f->o.queue_size) {
         f->o.queue_size = 128;
     }
-    if (strcmp(f->o.engine, "null") != 0 && open_backing(f) < 0) {
+    if (strcmp(f->o.engine, "null") != 0 && strcmp(f->o.engine, "nbd") != 0 &&
+        open_backing(f) < 0) {
         dpfix_free(f);
         return NULL;
     }
-    if (f->o.path) {
+    if (f->o.path && f->fd >= 0) {
         f->o.disk_size = (uint64_t)lseek(f->fd, 0, SEEK_END);
     }
     dopts.ram_size = f->o.ram_size ? f->o.ram_size : 64 << 20;
@@ -105,6 +106,8 @@ DpFix *dpfix_new(const DpFixOpts *o)
     dc.ioq.logical_block_size = 512;
     dc.ioq.aio_max_events = f->o.aio_max_events;
     dc.ioq.null_read_zeroes = f->o.null_read_zeroes;
+    dc.ioq.nbd = f->o.nbd;
+    dc.ioq.bounce_pool_size = 8 << 20;
     f->dp = dataplane_create(&dc, &err);
     if (!f->dp) {
         fprintf(stderr, "dpfix: dataplane_create(%s): %s\n", f->o.engine, err->message);
@@ -120,7 +123,7 @@ void dpfix_start(DpFix *f)
     DataPlaneQueue dq = {
         .q = f->q,
         .host_notifier = testvq_kick_fd(f->tvq),
-        .guest_notifier = testvq_call_fd(f->tvq),
+        .notifier = {.fd = testvq_call_fd(f->tvq)},
     };
     GError *err = NULL;
 

@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 #include "testdrv.h"
-#include "vblk/dataplane.h"
+#include "dataplane/dataplane.h"
 
 typedef struct DpFixOpts {
-    const char *engine;      /* "native", "io_uring", "null" */
+    const char *engine;      /* "native", "io_uring", "null", "nbd" (no file; disk_size given) */
     bool direct;             /* O_DIRECT backing file */
     uint64_t disk_size;      /* bytes (default 16 MiB) */
     unsigned queue_size;     /* default 128 */
@@ -22,6 +22,7 @@ typedef struct DpFixOpts {
     bool null_read_zeroes;
     bool writethrough; /* negotiate without FLUSH/CONFIG_WCE: writethrough */
     uint64_t ram_size; /* guest RAM (default 64 MiB) */
+    IOQNbdConfig nbd;  /* engine "nbd": the server */
 } DpFixOpts;
 
 typedef struct DpFix {

@@ -1,6 +1,6 @@
 /*
  * Hostile-driver suite with the dataplane executing: every malformed ring or
- * request case of tests/virtio/test-hostile.c, served by a DataPlane on its
+ * request case of tests/virtio/hostile-cases.c, served by a DataPlane on its
  * iothread over an O_DIRECT temp file, with the native (libaio) and the
  * io_uring engines. The test thread is the guest: it publishes the case's
  * chains, kicks, and checks the exact outcome:
@@ -12,60 +12,47 @@
  *   - request errors: the exact status byte and used length, an interrupt,
  *     and a later valid read completes through the IOQ.
  *
- * The builders and the case table are test-hostile.c's own, compiled into
- * this file (it is #included, its main() renamed and unused). Two cases keep
- * requests in flight and republish while they are (duplicate-head,
- * over-submit): their builder runs inside the iothread, where no completion
- * can be reaped meanwhile, followed by the pass the next kick would make.
+ * The cases come from tests/virtio/hostile-cases.c, the library the virtio
+ * suite runs too. The cases that keep requests in flight and republish while
+ * they are (.holds: duplicate-head, over-submit) have their builder run
+ * inside the iothread, where no completion can be reaped meanwhile, followed
+ * by the pass the next kick would make.
  */
 #include <string.h>
 #include <linux/virtio_blk.h>
+#include <linux/virtio_ring.h>
 
-#include "vblk/virtio-blk.h"
+#include "virtio/virtio-blk.h"
 #include "dphostile-fix.h"
-
-/*
- * The builders that hold requests in flight call virtio_blk_handle_queue()
- * and then check BlkFix.ndeferred: count the requests the dataplane's
- * executor holds instead (see hostile_handle_queue below).
- */
-static unsigned hostile_handle_queue(VirtIOBlkQueue *q);
-#define virtio_blk_handle_queue hostile_handle_queue
-#define main                    test_hostile_main
-#include "../virtio/test-hostile.c"
-#undef main
-#undef virtio_blk_handle_queue
+#include "hostile-cases.h"
 
 #define TIMEOUT_MS 10000
 
-/* The case whose builder runs in the iothread (owned by the iothread meanwhile). */
-static Ctx *inthread_ctx;
+/* Set while a case's builder runs in the iothread (see build_in_iothread). */
+static bool building_in_iothread;
 
-static unsigned hostile_handle_queue(VirtIOBlkQueue *q)
+/* The IOQ holds every request in flight while an iothread callback runs. */
+static void dp_hold(HostileFix *h)
 {
-    unsigned n = virtio_blk_handle_queue(q);
-
-    g_assert_nonnull(inthread_ctx);
-    /* In flight on the IOQ: nothing is reaped while this iothread callback runs. */
-    inthread_ctx->f.ndeferred = virtio_blk_queue_inflight(q);
-    return n;
 }
+
+/* In flight on the IOQ: nothing is reaped while this iothread callback runs. */
+static unsigned dp_pass(HostileFix *h)
+{
+    g_assert_true(building_in_iothread);
+    virtio_blk_handle_queue(h->q);
+    return virtio_blk_queue_inflight(h->q);
+}
+
+static const HostileOps dp_ops = {.hold = dp_hold, .pass = dp_pass};
 
 typedef struct DpCase {
     const HostileCase *hc;
     const char *engine;
 } DpCase;
 
-static DpCase dp_cases[2][G_N_ELEMENTS(cases)];
-
-/* Cases that need requests held in flight while they republish. */
-static bool builds_in_iothread(const HostileCase *hc)
-{
-    return hc->build == dup_head || hc->build == over_submit;
-}
-
 typedef struct InThread {
-    Ctx *c;
+    HostileFix *h;
     const HostileCase *hc;
     int head;
 } InThread;
@@ -74,12 +61,12 @@ static void build_in_iothread(void *opaque)
 {
     InThread *t = opaque;
 
-    inthread_ctx = t->c;
-    t->head = t->hc->build(t->c);
+    building_in_iothread = true;
+    t->head = t->hc->build(t->h);
     /* The pass the next kick makes, with the case's requests still in flight. */
-    hostile_handle_queue(t->c->f.q);
-    virtio_blk_queue_flush(t->c->f.q);
-    inthread_ctx = NULL;
+    dp_pass(t->h);
+    virtio_blk_queue_flush(t->h->q);
+    building_in_iothread = false;
 }
 
 static void noop(void *opaque)
@@ -110,7 +97,7 @@ static void kick_and_sync(DpFix *f)
 }
 
 /* A valid request after the case: served if the queue lives, refused if broken. */
-static void check_followup_dp(DpFix *f, Ctx *c, bool broken)
+static void check_followup_dp(DpFix *f, HostileFix *h, bool broken)
 {
     uint16_t used_before = testvq_used_idx(f->tvq);
     TestBlkReq r;
@@ -133,7 +120,7 @@ static void check_followup_dp(DpFix *f, Ctx *c, bool broken)
     g_assert_cmpint(r.head, >=, 0);
     kick_and_sync(f);
     g_assert_true(testvq_wait_used(f->tvq, TIMEOUT_MS));
-    g_assert_cmpuint(blkfix_used_len(&c->f, r.head), ==, 4096 + 1);
+    g_assert_cmpuint(hostile_used_len(h, r.head), ==, 4096 + 1);
     g_assert_cmpuint(testblk_status(f->tvq, &r), ==, VIRTIO_BLK_S_OK);
 }
 
@@ -141,18 +128,15 @@ static void run_dp_case(gconstpointer data)
 {
     const DpCase *dc = data;
     const HostileCase *hc = dc->hc;
-    bool broken = hc->status == BROKEN;
+    bool broken = hc->status == HOSTILE_BROKEN;
     unsigned broken_calls = 0;
     DataPlaneQueueStats st;
     VirtIOBlkConf conf;
+    HostileFix h;
     DpFix *f;
-    Ctx c;
     int head;
 
-    blkfix_default_conf(&conf);
-    if (hc->conf) {
-        hc->conf(&conf);
-    }
+    hostile_case_conf(hc, &conf);
     f = dphostile_fix_new(&(DpHostileOpts){.engine = dc->engine,
                                            .conf = &conf,
                                            .features = hc->features,
@@ -162,46 +146,30 @@ static void run_dp_case(gconstpointer data)
         g_test_skip("engine or O_DIRECT not usable here");
         return;
     }
-    memset(&c, 0, sizeof(c));
-    c.f.drv = f->d;
-    c.f.tvq = f->tvq;
-    c.f.blk = f->blk;
-    c.f.vq = f->vq;
-    c.f.q = f->q;
-    c.f.disk_size = conf.capacity * VIRTIO_BLK_SECTOR_SIZE;
+    h = (HostileFix){.drv = f->d, .tvq = f->tvq, .q = f->q, .ops = &dp_ops, .opaque = f};
     dpfix_start(f);
 
-    if (builds_in_iothread(hc)) {
-        InThread t = {.c = &c, .hc = hc};
+    if (hc->holds) {
+        InThread t = {.h = &h, .hc = hc};
 
         iothread_run_sync(f->iothread, build_in_iothread, &t);
         head = t.head;
     } else {
-        head = hc->build(&c);
+        head = hc->build(&h);
         kick_and_sync(f);
     }
 
     if (broken) {
         g_assert_true(virtqueue_is_broken(f->vq));
-        if (hc->build == short_header) {
-            /* test-hostile's header-missing-returns-chain: the chain does come back. */
-            g_assert_cmpuint(testvq_used_idx(f->tvq), ==, 1);
-        }
-        /* A known status location still gets IOERR and the chain back. */
-        if (head >= 0 && c.status_gpa && testvq_used_idx(f->tvq) > 0) {
-            g_assert_cmpuint(blkfix_used_len(&c.f, head), ==, 1);
-            g_assert_cmpuint(testdrv_readb(f->d, c.status_gpa), ==, VIRTIO_BLK_S_IOERR);
-        }
     } else {
         g_assert_true(testvq_wait_used(f->tvq, TIMEOUT_MS));
         g_assert_false(virtqueue_is_broken(f->vq));
-        g_assert_cmpuint(blkfix_used_len(&c.f, head), ==, hc->used_len);
-        if (c.status_gpa) {
-            g_assert_cmpuint(testdrv_readb(f->d, c.status_gpa), ==, hc->status);
-        }
+    }
+    hostile_check_used(hc, &h, head);
+    if (!broken) {
         g_assert_true(testvq_wait_call(f->tvq, TIMEOUT_MS));
     }
-    check_followup_dp(f, &c, broken);
+    check_followup_dp(f, &h, broken);
 
     /* The iothread survived the case: it still runs work and lets go of the queue. */
     iothread_run_sync(f->iothread, noop, NULL);
@@ -226,15 +194,21 @@ static void run_dp_case(gconstpointer data)
 int main(int argc, char **argv)
 {
     static const char *const engines[] = {"native", "io_uring"};
+    DpCase *dp_cases = g_new(DpCase, G_N_ELEMENTS(engines) * hostile_ncases);
+    int ret;
 
     g_test_init(&argc, &argv, NULL);
     for (size_t e = 0; e < G_N_ELEMENTS(engines); e++) {
-        for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-            g_autofree char *path = g_strdup_printf("/dp-hostile/%s/%s", engines[e], cases[i].name);
+        for (size_t i = 0; i < hostile_ncases; i++) {
+            g_autofree char *path =
+                g_strdup_printf("/dp-hostile/%s/%s", engines[e], hostile_cases[i].name);
+            DpCase *dc = &dp_cases[e * hostile_ncases + i];
 
-            dp_cases[e][i] = (DpCase){.hc = &cases[i], .engine = engines[e]};
-            g_test_add_data_func(path, &dp_cases[e][i], run_dp_case);
+            *dc = (DpCase){.hc = &hostile_cases[i], .engine = engines[e]};
+            g_test_add_data_func(path, dc, run_dp_case);
         }
     }
-    return g_test_run();
+    ret = g_test_run();
+    g_free(dp_cases);
+    return ret;
 }

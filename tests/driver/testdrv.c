@@ -12,7 +12,7 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/barrier.h"
+#include "util/barrier.h"
 #include "testdrv.h"
 
 #define TESTDRV_MAX_REGIONS 8
@@ -91,6 +91,17 @@ uint64_t testdrv_region_size(TestDrv *d, unsigned i)
 {
     g_assert(i < d->nregions);
     return d->regions[i].size;
+}
+
+int testdrv_memfd(TestDrv *d)
+{
+    return d->memfd;
+}
+
+uint64_t testdrv_region_fd_offset(TestDrv *d, unsigned i)
+{
+    g_assert(i < d->nregions);
+    return (uint64_t)((uint8_t *)d->regions[i].hva - d->ram);
 }
 
 uint64_t testdrv_ram_end(TestDrv *d)

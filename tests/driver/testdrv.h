@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#include "vblk/guestmem.h"
+#include "virtio/guestmem.h"
 
 typedef struct TestDrvOpts {
     uint64_t ram_size; /* total RAM bytes, split evenly across regions (default 16 MiB) */
@@ -44,6 +44,12 @@ const GuestMem *testdrv_guestmem(TestDrv *d);
 unsigned testdrv_nregions(TestDrv *d);
 uint64_t testdrv_region_gpa(TestDrv *d, unsigned i);
 uint64_t testdrv_region_size(TestDrv *d, unsigned i);
+/*
+ * The memfd behind the RAM (for a vhost-user front end) and where region @i
+ * starts inside it.
+ */
+int testdrv_memfd(TestDrv *d);
+uint64_t testdrv_region_fd_offset(TestDrv *d, unsigned i);
 /* First gpa past the end of the last region (not RAM). */
 uint64_t testdrv_ram_end(TestDrv *d);
 

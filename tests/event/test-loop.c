@@ -5,9 +5,12 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-#include "vblk/event.h"
+#include "event/event.h"
+#include "util/debug-state.h"
 
 static EventLoop *new_loop(void)
 {
@@ -538,6 +541,76 @@ static void test_iothread(void)
     iothread_free(NULL);
 }
 
+static void bh_delete_fn(void *opaque)
+{
+    event_bh_delete(opaque);
+}
+
+static void bh_sleep(void *opaque)
+{
+    __atomic_store_n((int *)opaque, 1, __ATOMIC_RELEASE);
+    g_usleep(300 * 1000);
+    __atomic_store_n((int *)opaque, 2, __ATOMIC_RELEASE);
+}
+
+/* Reads the "for N ms" that follows @what in @text. */
+static long dump_ms(const char *text, const char *what)
+{
+    const char *p = strstr(text, what);
+
+    g_assert_nonnull(p);
+    return strtol(p + strlen(what), NULL, 10);
+}
+
+/*
+ * The iothread's debug-state line says whether it sleeps in epoll_wait or runs,
+ * and since when: idle, then stuck in a 300 ms bottom half, then idle again.
+ */
+static void test_iothread_debug_state(void)
+{
+    GError *err = NULL;
+    IOThread *t = iothread_new("dbg-io", &err);
+    g_autofree char *want = NULL;
+    char *text;
+    int state = 0;
+    EventBH *bh;
+
+    g_assert_no_error(err);
+    while (!iothread_get_thread_id(t)) {
+        g_usleep(1000);
+    }
+    want = g_strdup_printf("iothread dbg-io (thread %d): ", iothread_get_thread_id(t));
+    g_usleep(100 * 1000);
+    text = debug_state_collect();
+    g_assert_nonnull(strstr(text, want));
+    g_assert_cmpint(dump_ms(text, "waiting in epoll_wait for "), >=, 50);
+    g_free(text);
+
+    bh = event_bh_new(iothread_get_loop(t), bh_sleep, &state);
+    event_bh_schedule(bh);
+    while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 0) {
+        g_usleep(1000);
+    }
+    g_usleep(150 * 1000);
+    text = debug_state_collect();
+    g_assert_cmpint(dump_ms(text, "running for "), >=, 100);
+    g_assert_null(strstr(text, "waiting in epoll_wait"));
+    g_free(text);
+    while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2) {
+        g_usleep(1000);
+    }
+    g_usleep(50 * 1000);
+    text = debug_state_collect();
+    g_assert_nonnull(strstr(text, "waiting in epoll_wait for "));
+    g_free(text);
+    iothread_run_sync(t, bh_delete_fn, bh);
+
+    iothread_free(t);
+    text = debug_state_collect();
+    g_assert_null(strstr(text, "dbg-io"));
+    g_free(text);
+}
+
 static void test_notifier(void)
 {
     EventNotifier e;
@@ -566,5 +639,6 @@ int main(int argc, char **argv)
     g_test_add_func("/event/adaptive-poll", test_adaptive_poll);
     g_test_add_func("/event/gsource", test_gsource);
     g_test_add_func("/event/iothread", test_iothread);
+    g_test_add_func("/event/iothread-debug-state", test_iothread_debug_state);
     return g_test_run();
 }

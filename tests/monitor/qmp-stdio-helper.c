@@ -3,7 +3,7 @@
  * pipes: runs a GMainLoop until "quit".
  */
 #include <stdio.h>
-#include "vblk/qmp.h"
+#include "monitor/qmp.h"
 
 static void on_quit(void *opaque)
 {

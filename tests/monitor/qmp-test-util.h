@@ -7,7 +7,7 @@
 #define VBLK_TESTS_QMP_TEST_UTIL_H
 
 #include <stdbool.h>
-#include "vblk/qmp.h"
+#include "monitor/qmp.h"
 
 typedef struct TClient {
     int fd;

@@ -177,6 +177,80 @@ static void test_qom(void)
     test_teardown(mon, path);
 }
 
+/* ---- the human monitor and deferred replies ---------------------------- */
+
+/*
+ * An HMP qom-set whose setter defers: the output and the next prompt come
+ * when the setter completes, and the line typed meanwhile waits; the same
+ * through human-monitor-command; a client that leaves while its command is
+ * deferred.
+ */
+static void test_hmp_deferred(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    g_autofree char *dir = g_path_get_dirname(path);
+    g_autofree char *hpath = g_build_filename(dir, "hmp.sock", NULL);
+    g_autofree char *harg = g_strdup_printf("unix:%s,server=on,wait=off", hpath);
+    GError *err = NULL;
+    TClient *h, *c;
+
+    g_assert_nonnull(qmp_monitor_add_hmp(harg, &err));
+    g_assert_no_error(err);
+    g_assert_true(qom_add_object("/machine/peripheral/disk0", "virtio-blk-pci", &err));
+    g_assert_true(qom_add_property("/machine/peripheral/disk0", "x-data-plane", "bool", get_dp,
+                                   set_dp, NULL, &err));
+    g_assert_no_error(err);
+    h = tc_connect(hpath);
+    tc_expect(h, "QEMU 7.2.0 monitor - type 'help' for more information");
+    tc_send(h, "qom-set /machine/peripheral/disk0 x-data-plane on\ninfo status\n");
+    tc_expect(h, "(qemu) qom-set /machine/peripheral/disk0 x-data-plane on");
+    g_assert_true(tc_quiet(h, 30)); /* the reply, and the next line, wait */
+    g_assert_nonnull(dp_pending);
+    g_assert_true(dp_value);
+    qmp_reply_deferred(dp_pending, NULL,
+                       g_error_new_literal(QMP_ERROR, QMP_ERROR_GENERIC, "switch failed"));
+    dp_pending = NULL;
+    tc_expect(h, "Error: switch failed");
+    tc_expect(h, "(qemu) info status");
+    tc_expect(h, "VM status: running");
+    tc_send(h, "qom-set -j /machine/peripheral/disk0 x-data-plane false\n");
+    tc_expect(h, "(qemu) qom-set -j /machine/peripheral/disk0 x-data-plane false");
+    g_assert_true(tc_quiet(h, 30));
+    g_assert_false(dp_value);
+    qmp_reply_deferred(dp_pending, NULL, NULL);
+    dp_pending = NULL;
+    tc_send(h, "info status\n");
+    tc_expect(h, "(qemu) info status"); /* no output line for a successful qom-set */
+    tc_expect(h, "VM status: running");
+
+    /* human-monitor-command: its QMP reply is deferred with the inner command */
+    c = tc_connect(path);
+    tc_negotiate(c);
+    tc_send(c, "{\"execute\":\"human-monitor-command\",\"id\":3,\"arguments\":"
+               "{\"command-line\":\"qom-set /machine/peripheral/disk0 x-data-plane yes\"}}");
+    g_assert_true(tc_quiet(c, 30));
+    g_assert_true(dp_value);
+    qmp_reply_deferred(dp_pending, NULL, NULL);
+    dp_pending = NULL;
+    tc_expect(c, "{\"return\": \"\", \"id\": 3}");
+
+    /* the HMP client goes away while its command is deferred */
+    tc_send(h, "qom-set /machine/peripheral/disk0 x-data-plane off\n");
+    tc_expect(h, "(qemu) qom-set /machine/peripheral/disk0 x-data-plane off");
+    tc_close(h);
+    test_pump(20);
+    g_assert_nonnull(dp_pending);
+    qmp_reply_deferred(dp_pending, NULL, NULL);
+    dp_pending = NULL;
+    test_pump(20);
+    g_free(tc_cmd(c, "{\"execute\":\"query-status\"}"));
+    tc_close(c);
+    qom_del_object("/machine/peripheral");
+    unlink(hpath);
+    test_teardown(mon, path);
+}
+
 /* ---- run state and machine hooks ------------------------------------- */
 
 static int hook_calls[5];
@@ -317,6 +391,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/qom", test_qom);
+    g_test_add_func("/qmp/hmp-deferred", test_hmp_deferred);
     g_test_add_func("/qmp/machine", test_machine);
     g_test_add_func("/qmp/disconnect", test_disconnect);
     return g_test_run();

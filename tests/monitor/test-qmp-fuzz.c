@@ -1,5 +1,6 @@
 /*
- * Robustness: 10,000 random, mutated and garbage inputs on one connection.
+ * Robustness: 10,000 random, mutated and garbage inputs on one connection
+ * (and 1,000 lines on a human monitor connection).
  * Each must produce only well-formed error (or return/event) lines, and a
  * sync command after each must be answered: the connection survives and
  * the process neither crashes nor leaks (run in the sanitizer build).
@@ -163,6 +164,117 @@ static void test_fuzz(void)
     test_teardown(mon, path);
 }
 
+/* ---- the human monitor ------------------------------------------------ */
+
+static const char *const hmp_templates[] = {
+    "info block -n -v drive0",
+    "info status",
+    "qom-set -j /machine type {\"a\":[1,2,{\"b\":null}]}",
+    "qom-set /machine x \"a b\\n\\\"c\"",
+    "qom-get \"/machine\" \"type\"",
+    "qom-list /machine",
+    "block_set_io_throttle drive0 0x10 -1 +2 3 4 5",
+    "block_resize drive0 1.5G",
+    "help info status",
+    "info virtio-blk-dataplane",
+    "stop|s",
+    "\x1b[A\x1b[3~\x1b[1;5D\x1bOB\x05\x0b\x7f\x08",
+    "\xff\xfd\x01\xff\xfa\x18\xff\xf0",
+};
+
+/* One line for the human monitor: a template mutated, or random bytes. */
+static void gen_hmp_line(GString *s)
+{
+    if (g_test_rand_int_range(0, 4) == 0) {
+        int n = g_test_rand_int_range(0, 300);
+
+        for (int i = 0; i < n; i++) {
+            g_string_append_c(s, (char)g_test_rand_int_range(1, 256));
+        }
+    } else {
+        g_string_append(s, hmp_templates[g_test_rand_int_range(0, G_N_ELEMENTS(hmp_templates))]);
+        for (int m = g_test_rand_int_range(0, 4); m > 0 && s->len; m--) {
+            guint pos = g_test_rand_int_range(0, s->len);
+
+            switch (g_test_rand_int_range(0, 3)) {
+            case 0:
+                s->str[pos] = (char)g_test_rand_int_range(1, 256);
+                break;
+            case 1:
+                g_string_erase(s, pos, 1);
+                break;
+            default:
+                g_string_insert_c(s, pos, " \"\\-|?\x1b"[g_test_rand_int_range(0, 7)]);
+                break;
+            }
+        }
+    }
+    /*
+     * One line per input; and no 'q': junk such as Ctrl-U then 'q' would type
+     * "q", which is quit, after which the monitor reads nothing more (QEMU's).
+     */
+    for (gsize i = 0; i < s->len; i++) {
+        if (s->str[i] == '\r' || s->str[i] == '\n') {
+            s->str[i] = ' ';
+        } else if (s->str[i] == 'q' && !g_str_has_prefix(s->str + i, "qom-")) {
+            s->str[i] = 'Q';
+        }
+    }
+    g_string_append_c(s, '\n');
+}
+
+static char *hmp_last_input; /* for the failure message */
+
+/* Reads lines until one contains @needle; fails after 5 s without it. */
+static void hmp_wait(TClient *c, const char *needle, unsigned n)
+{
+    for (;;) {
+        g_autofree char *line = tc_recv(c);
+
+        if (!line) {
+            g_autofree char *esc = g_strescape(hmp_last_input ?: "", NULL);
+
+            g_error("HMP input #%u (%s): no \"%s\" (monitor gone or stuck)", n, esc, needle);
+        }
+        if (strstr(line, needle)) {
+            return;
+        }
+    }
+}
+
+/* 1000 hostile lines on one HMP connection; after each a command must still be answered. */
+static void test_hmp_fuzz(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    g_autofree char *dir = g_path_get_dirname(path);
+    g_autofree char *hpath = g_build_filename(dir, "hmp.sock", NULL);
+    g_autofree char *harg = g_strdup_printf("unix:%s,server=on,wait=off", hpath);
+    QmpMonitor *hmon = qmp_monitor_add_hmp(harg, NULL);
+    TClient *h;
+
+    g_assert_nonnull(hmon);
+    h = tc_connect(hpath);
+    hmp_wait(h, "monitor - type 'help'", 0);
+    for (unsigned i = 0; i < 1000; i++) {
+        GString *s = g_string_new(NULL);
+
+        gen_hmp_line(s);
+        tc_send_len(h, s->str, s->len);
+        g_free(hmp_last_input);
+        hmp_last_input = g_string_free(s, FALSE);
+        tc_send(h, "\x15info status\n");
+        hmp_wait(h, "VM status: ", i);
+    }
+    g_assert_cmpuint(qmp_monitor_client_count(hmon), ==, 1);
+    tc_send(h, "\x15info version\n");
+    hmp_wait(h, "7.2.0vblk-", 1000);
+    tc_close(h);
+    g_clear_pointer(&hmp_last_input, g_free);
+    unlink(hpath);
+    test_teardown(mon, path);
+}
+
 static void test_limits(void)
 {
     char *path;
@@ -207,5 +319,6 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/qmp/fuzz-10000", test_fuzz);
     g_test_add_func("/qmp/limits", test_limits);
+    g_test_add_func("/qmp/hmp-fuzz-1000", test_hmp_fuzz);
     return g_test_run();
 }

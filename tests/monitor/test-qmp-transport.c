@@ -127,7 +127,8 @@ static void test_tcp_and_chardev(void)
     g_assert_cmpint(qmp_monitor_get_port(tcp), >, 0);
     g_assert_true(qmp_chardev_add(chr, &err));
     g_assert_false(qmp_chardev_add(chr, NULL));
-    g_assert_null(qmp_monitor_add_mon("chardev=m0", &err)); /* mode=readline: HMP */
+    g_assert_null(qmp_monitor_add_mon("chardev=m0,mode=bogus", &err));
+    g_assert_cmpstr(err->message, ==, "Parameter 'mode' does not accept value 'bogus'");
     g_clear_error(&err);
     g_assert_null(qmp_monitor_add_mon("chardev=nope,mode=control", &err));
     g_assert_cmpstr(err->message, ==, "chardev \"nope\" not found");

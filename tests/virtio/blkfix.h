@@ -6,7 +6,7 @@
 #ifndef VBLK_TESTS_BLKFIX_H
 #define VBLK_TESTS_BLKFIX_H
 
-#include "vblk/virtio-blk.h"
+#include "virtio/virtio-blk.h"
 #include "testdrv.h"
 
 #define BLKFIX_SECTORS 8192 /* 4 MiB disk */

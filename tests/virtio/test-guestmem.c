@@ -1,7 +1,7 @@
 /* Unit tests: guest memory table. */
 #include <errno.h>
 
-#include "vblk/guestmem.h"
+#include "virtio/guestmem.h"
 
 static uint8_t ram_a[0x4000], ram_b[0x2000], ram_c[0x1000];
 

@@ -6,7 +6,7 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-#include "vblk/virtqueue.h"
+#include "virtio/virtqueue.h"
 #include "testdrv.h"
 
 #define F_EVENT_IDX (1ull << VIRTIO_RING_F_EVENT_IDX)

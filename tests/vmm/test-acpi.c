@@ -2,9 +2,9 @@
 #include <glib.h>
 #include <string.h>
 
-#include "vblk/acpi.h"
-#include "vblk/aml.h"
-#include "vblk/pci.h"
+#include "vmm/acpi.h"
+#include "vmm/aml.h"
+#include "vmm/pci.h"
 
 #define GPA 0xE0000ULL
 

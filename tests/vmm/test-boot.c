@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "vblk/boot.h"
+#include "vmm/boot.h"
 
 /* A synthetic bzImage: setup header as Debian 6.1's (protocol 2.15), tiny payload. */
 static uint8_t *make_bzimage(size_t *len, uint16_t version, uint16_t xloadflags)

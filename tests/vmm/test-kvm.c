@@ -8,16 +8,19 @@
 #include <glib.h>
 #include <glib-unix.h>
 #include <glib/gstdio.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "vblk/boot.h"
-#include "vblk/console.h"
-#include "vblk/ports.h"
-#include "vblk/vmm.h"
+#include "vmm/boot.h"
+#include "vmm/console.h"
+#include "vmm/ports.h"
+#include "vmm/vmm.h"
+#include "vblkproc.h"
 
 /* Prints the NUL-terminated string that follows the code, then resets. */
 static const uint8_t hello_code[] = {
@@ -46,18 +49,6 @@ static const uint8_t probe_code[] = {
     0xb0, 0xfe, 0xe6, 0x64,                      /* mov al, 0xfe; out 0x64, al */
     0xf4, 0xeb, 0xfd,                            /* hlt; jmp hlt */
 };
-
-static bool kvm_usable(void)
-{
-    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-
-    if (fd < 0) {
-        g_test_skip("/dev/kvm is not usable here; tiny-guest tests skipped");
-        return false;
-    }
-    close(fd);
-    return true;
-}
 
 typedef struct Guest {
     Vm *vm;
@@ -120,7 +111,7 @@ static void test_hello(void)
     GError *err = NULL;
     VmStats st;
 
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
         return;
     }
     guest_create(&g, 1, hello_code, sizeof(hello_code), "hello, vblk\n");
@@ -140,7 +131,7 @@ static void test_unhandled_accesses(void)
     g_autofree char *out = NULL;
     VmStats st;
 
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
         return;
     }
     guest_create(&g, 1, probe_code, sizeof(probe_code), NULL);
@@ -161,7 +152,7 @@ static void test_paused_start_smp(void)
     g_autofree char *out = NULL;
     char buf[8];
 
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
         return;
     }
     guest_create(&g, 2, hello_code, sizeof(hello_code), "smp\n");
@@ -222,7 +213,7 @@ static void test_reset_io_pending(gconstpointer code)
     GError *err = NULL;
     uint64_t base = 0;
 
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
         return;
     }
     guest_create(&g, 1, code,
@@ -289,7 +280,7 @@ static void test_pause_completes_mmio(void)
     uint64_t rip, rax;
     VmStats st;
 
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
         return;
     }
     guest_create(&g, 1, mmio_once_code, sizeof(mmio_once_code), NULL);
@@ -315,32 +306,7 @@ static void test_pause_completes_mmio(void)
 }
 
 static const uint8_t halt_code[] = {0xf4, 0xeb, 0xfd}; /* hlt; jmp hlt (IF clear: forever) */
-
-/* A synthetic bzImage whose 64-bit entry is @code followed by @msg, for the vblk binary. */
-static char *write_bzimage(const char *dir, const char *name, const uint8_t *code, size_t clen,
-                           const char *msg)
-{
-    size_t setup = 1024, len = setup + 0x200 + clen + strlen(msg) + 1;
-    g_autofree uint8_t *img = g_malloc0(len);
-    char *path = g_build_filename(dir, name, NULL);
-
-    img[0x1f1] = 1;
-    img[0x1fe] = 0x55;
-    img[0x1ff] = 0xaa;
-    img[0x201] = 0x66;
-    memcpy(img + 0x202, "HdrS", 4);
-    img[0x206] = 0x0f;
-    img[0x207] = 0x02;
-    *(uint32_t *)(img + 0x22c) = 0x7fffffff;
-    *(uint16_t *)(img + 0x236) = 0x7f;
-    *(uint32_t *)(img + 0x238) = 2047;
-    *(uint64_t *)(img + 0x258) = 0x1000000;
-    *(uint32_t *)(img + 0x260) = 0x100000;
-    memcpy(img + setup + 0x200, code, clen);
-    memcpy(img + setup + 0x200 + clen, msg, strlen(msg) + 1);
-    g_assert_true(g_file_set_contents(path, (char *)img, len, NULL));
-    return path;
-}
+static const uint8_t trap_code[] = {0xcc, 0xf4};       /* int3 with no IDT: triple fault */
 
 static int run_vblk(const char *args, char **out, char **err)
 {
@@ -371,10 +337,9 @@ static void test_cli(void)
 {
     g_autofree char *dir = g_dir_make_tmp("vblk-kvm-XXXXXX", NULL);
     g_autofree char *kernel =
-        write_bzimage(dir, "tiny", hello_code, sizeof(hello_code), "Hello from tiny guest\n");
-    g_autofree char *halt = write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
-    static const uint8_t trap_code[] = {0xcc, 0xf4}; /* int3 */
-    g_autofree char *trap = write_bzimage(dir, "trap", trap_code, sizeof(trap_code), "");
+        vblkproc_bzimage(dir, "tiny", hello_code, sizeof(hello_code), "Hello from tiny guest\n");
+    g_autofree char *halt = vblkproc_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
+    g_autofree char *trap = vblkproc_bzimage(dir, "trap", trap_code, sizeof(trap_code), "");
     int status;
     g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
     g_autofree char *args = NULL;
@@ -383,6 +348,7 @@ static void test_cli(void)
 
     if (!g_getenv("VBLK_BIN")) {
         g_test_skip("VBLK_BIN not set");
+        vblkproc_remove_dir(dir);
         return;
     }
     /* Bad command lines never need KVM. */
@@ -390,7 +356,8 @@ static void test_cli(void)
     g_assert_cmpstr(err, ==, "vblk: -bogus: invalid or unsupported option (see --help)\n");
     g_free(out);
     g_free(err);
-    if (!kvm_usable()) {
+    if (!vblkproc_kvm_usable()) {
+        vblkproc_remove_dir(dir);
         return;
     }
     args = g_strdup_printf("-m 32 -smp 2 -kernel %s -nographic -no-reboot -append 'console=ttyS0'",
@@ -416,12 +383,24 @@ static void test_cli(void)
     g_free(out);
     g_free(err);
     g_free(args);
-    /* A guest that faults with no IDT: triple fault (status 0) or, where KVM emulates
-     * CPL0 code (kvm-pvm), an emulation failure (status 1 with a KVM_EXIT line). */
+    /*
+     * A guest that faults with no IDT: a triple fault, reported with the registers
+     * and status 2 under -no-reboot; or, where KVM emulates CPL0 code (kvm-pvm), an
+     * emulation failure: status 1, the KVM_EXIT line and the registers.
+     */
     args = g_strdup_printf("-m 32 -kernel %s -nographic -no-reboot", trap);
     status = run_vblk(args, &out, &err);
-    g_assert_true(status == 0 || (status == 1 && strstr(err, "KVM_EXIT_") &&
-                                  strchr(err, '\n') == err + strlen(err) - 1));
+    if (status == 2) {
+        g_assert_nonnull(strstr(err, "vblk: vCPU 0: triple fault (KVM_EXIT_SHUTDOWN) after "));
+        g_assert_nonnull(strstr(err, " exits: -no-reboot: vblk ends with status 2"));
+    } else {
+        g_assert_cmpint(status, ==, 1);
+        g_assert_nonnull(strstr(err, "KVM_EXIT_"));
+    }
+    g_assert_nonnull(strstr(err, "vblk: vCPU 0: RIP="));
+    g_assert_nonnull(strstr(err, "vblk: vCPU 0: CR0="));
+    g_assert_nonnull(strstr(err, " EFER="));
+    g_assert_nonnull(strstr(err, "vblk: vCPU 0: CS="));
     g_free(out);
     g_free(err);
     g_free(args);
@@ -429,97 +408,128 @@ static void test_cli(void)
     args = g_strdup_printf("-c \"printf 'ab\\001x' | %s -m 32 -kernel %s -nographic\"",
                            g_getenv("VBLK_BIN"), halt);
     g_assert_cmpint(run_sh(args), ==, 0);
-    g_unlink(kernel);
-    g_unlink(halt);
-    g_unlink(trap);
-    g_unlink(log);
-    g_rmdir(dir);
-}
+    g_free(args);
+    /*
+     * -nographic's console/monitor mux: C-a c gives the monitor the focus (banner
+     * and prompt), a command runs, C-a c gives the console back, C-a x quits.
+     */
+    args = g_strdup_printf("-c \"(printf '\\001c'; sleep 1; printf 'info status\\r'; sleep 1; "
+                           "printf '\\001cx\\001x') | %s -m 32 -kernel %s -nographic "
+                           ">%s/mux.out\"",
+                           g_getenv("VBLK_BIN"), halt, dir);
+    g_assert_cmpint(run_sh(args), ==, 0);
+    {
+        g_autofree char *mux_path = g_build_filename(dir, "mux.out", NULL);
+        g_autofree char *mux = NULL;
 
-/* Reads from @fd until @needle shows up (or EOF); returns everything read. */
-static char *read_until(int fd, const char *needle)
-{
-    GString *s = g_string_new(NULL);
-    char buf[512];
-    ssize_t r;
-
-    while (!strstr(s->str, needle) && (r = read(fd, buf, sizeof(buf))) > 0) {
-        g_string_append_len(s, buf, r);
+        g_assert_true(g_file_get_contents(mux_path, &mux, NULL, NULL));
+        g_assert_nonnull(strstr(mux, "QEMU 7.2.0 monitor - type 'help' for more information\r\n"
+                                     "(qemu) info status\r\nVM status: running\r\n(qemu) "));
     }
-    return g_string_free(s, FALSE);
-}
-
-static int qmp_connect(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    g_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
-    for (int i = 0; i < 100; i++) {
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            return fd;
-        }
-        g_usleep(20000);
-    }
-    close(fd);
-    return -1;
-}
-
-static void qmp_send(int fd, const char *cmd)
-{
-    g_autofree char *line = g_strdup_printf("{\"execute\": \"%s\"}\n", cmd);
-
-    g_assert_cmpint(write(fd, line, strlen(line)), ==, (ssize_t)strlen(line));
+    vblkproc_remove_dir(dir);
 }
 
 /* -S plus -qmp: prelaunch until "cont", then the guest runs and its reset ends vblk. */
 static void test_qmp_cont(void)
 {
-    g_autofree char *dir = g_dir_make_tmp("vblk-qmp-XXXXXX", NULL);
-    g_autofree char *kernel =
-        write_bzimage(dir, "tiny", hello_code, sizeof(hello_code), "qmp says go\n");
-    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
-    g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
-    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
-    g_autofree char *serial_arg = g_strdup_printf("file:%s", log);
-    g_autofree char *out = NULL, *logged = NULL;
-    const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",    "32",      "-kernel",  kernel,       "-S",
-                    "-qmp",      qmp_arg, "-serial", serial_arg, "-no-reboot", NULL};
-    GPid pid;
-    int fd, status;
+    VblkProc p;
+    g_autofree char *kernel = NULL, *serial = NULL, *out = NULL, *logged = NULL;
 
-    if (!bin || !kvm_usable()) {
-        if (!bin) {
-            g_test_skip("VBLK_BIN not set");
-        }
+    if (!vblkproc_usable()) {
         return;
     }
-    g_assert_true(g_spawn_async(NULL, argv, NULL,
-                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL,
-                                &pid, NULL));
-    fd = qmp_connect(sock);
-    g_assert_cmpint(fd, >=, 0);
-    g_free(read_until(fd, "\n"));
-    qmp_send(fd, "qmp_capabilities");
-    g_free(read_until(fd, "\n"));
-    qmp_send(fd, "query-status");
-    out = read_until(fd, "\n");
+    vblkproc_init(&p, "vblk-qmp-XXXXXX");
+    kernel = vblkproc_bzimage(p.dir, "tiny", hello_code, sizeof(hello_code), "qmp says go\n");
+    serial = g_strdup_printf("file:%s", p.log);
+    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-S", "-serial", serial, "-no-reboot",
+                   NULL);
+    vblkproc_send(&p, "query-status");
+    out = vblkproc_wait(&p, "return");
     g_assert_nonnull(strstr(out, "prelaunch"));
     g_free(out);
-    qmp_send(fd, "cont");
-    out = read_until(fd, "guest-reset");
+    vblkproc_send(&p, "cont");
+    out = vblkproc_wait(&p, "guest-reset");
     g_assert_nonnull(strstr(out, "RESUME"));
     g_assert_nonnull(strstr(out, "\"SHUTDOWN\""));
-    close(fd);
-    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
-    g_assert_true(WIFEXITED(status));
-    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
-    g_assert_true(g_file_get_contents(log, &logged, NULL, NULL));
+    vblkproc_end(&p, &logged);
     g_assert_cmpstr(logged, ==, "qmp says go\n");
-    g_unlink(kernel);
-    g_unlink(log);
-    g_rmdir(dir);
+}
+
+/* Reads @fd into @acc until @needle; returns what came before and including it. */
+static char *hmp_until(int fd, GString *acc, const char *needle)
+{
+    char buf[512];
+
+    for (;;) {
+        char *hit = strstr(acc->str, needle);
+
+        if (hit) {
+            gsize len = hit + strlen(needle) - acc->str;
+            char *out = g_strndup(acc->str, len);
+
+            g_string_erase(acc, 0, len);
+            return out;
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        g_assert_cmpint(poll(&pfd, 1, 10000), ==, 1);
+        ssize_t r = read(fd, buf, sizeof(buf));
+        if (r <= 0) {
+            g_error("HMP closed before \"%s\"; got: %s", needle, acc->str);
+        }
+        g_string_append_len(acc, buf, r);
+    }
+}
+
+/* Sends @line and returns its output (the echoed line, the output, the next prompt). */
+static char *hmp_cmd(int fd, GString *acc, const char *line)
+{
+    g_autofree char *l = g_strdup_printf("%s\n", line);
+
+    g_assert_cmpint(write(fd, l, strlen(l)), ==, (ssize_t)strlen(l));
+    return hmp_until(fd, acc, "\r\n(qemu) ");
+}
+
+/* The human monitor on a unix socket of a real vblk (-S): status, vCPUs, PCI, quit. */
+static void test_hmp_socket(void)
+{
+    VblkProc p;
+    g_autofree char *kernel = NULL, *sock = NULL, *arg = NULL, *out = NULL;
+    g_autoptr(GString) acc = g_string_new(NULL);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = -1;
+
+    if (!vblkproc_usable()) {
+        return;
+    }
+    vblkproc_init(&p, "vblk-hmp-XXXXXX");
+    kernel = vblkproc_bzimage(p.dir, "tiny", hello_code, sizeof(hello_code), "hmp\n");
+    sock = g_build_filename(p.dir, "hmp.sock", NULL);
+    arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
+    vblkproc_start(&p, false, "-m", "32", "-smp", "2", "-kernel", kernel, "-S", "-serial", "null",
+                   "-no-reboot", "-monitor", arg, NULL);
+    g_strlcpy(sa.sun_path, sock, sizeof(sa.sun_path));
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    g_assert_cmpint(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), ==, 0);
+    out = hmp_until(fd, acc, "(qemu) ");
+    g_assert_cmpstr(out, ==, "QEMU 7.2.0 monitor - type 'help' for more information\r\n(qemu) ");
+    g_free(out);
+    out = hmp_cmd(fd, acc, "info status");
+    g_assert_cmpstr(out, ==, "info status\r\nVM status: paused (prelaunch)\r\n(qemu) ");
+    g_free(out);
+    out = hmp_cmd(fd, acc, "info cpus");
+    g_assert_true(g_str_has_prefix(out, "info cpus\r\n* CPU #0: thread_id="));
+    g_assert_nonnull(strstr(out, "\r\n  CPU #1: thread_id="));
+    g_free(out);
+    out = hmp_cmd(fd, acc, "info pci");
+    g_assert_nonnull(
+        strstr(out, "  Bus  0, device   0, function 0:\r\n    Host bridge: PCI device"));
+    g_free(out);
+    out = hmp_cmd(fd, acc, "stop now");
+    g_assert_nonnull(strstr(out, "stop|s: extraneous characters at the end of line\r\n"));
+    g_free(out);
+    g_assert_cmpint(write(fd, "quit\n", 5), ==, 5);
+    close(fd);
+    vblkproc_end(&p, NULL);
 }
 
 /*
@@ -578,152 +588,73 @@ static void wait_file(const char *path, const char *want)
 }
 
 /*
- * Reads QMP lines into @acc until one contains @needle; returns (and drops from
- * @acc) everything up to the end of that line, so later lines stay for the next call.
- */
-static char *qmp_wait(int fd, GString *acc, const char *needle)
-{
-    char buf[512];
-    ssize_t r;
-
-    for (;;) {
-        char *hit = strstr(acc->str, needle);
-        char *eol = hit ? strchr(hit, '\n') : NULL;
-
-        if (eol) {
-            gsize len = eol + 1 - acc->str;
-            char *out = g_strndup(acc->str, len);
-
-            g_string_erase(acc, 0, len);
-            return out;
-        }
-        r = read(fd, buf, sizeof(buf));
-        if (r <= 0) {
-            g_error("QMP closed before \"%s\"; got: %s", needle, acc->str);
-        }
-        g_string_append_len(acc, buf, r);
-    }
-}
-
-static void expect_reply(int fd, GString *acc, const char *cmd, const char *needle)
-{
-    qmp_send(fd, cmd);
-    g_free(qmp_wait(fd, acc, needle));
-}
-
-/*
  * In-place reset without -no-reboot: the guest's own reboot and QMP system_reset
  * both run the payload again from scratch, on fresh CPU state, with the RESET event;
  * a reset while stopped stays stopped (prelaunch) until cont.
  */
 static void test_reset_in_place(void)
 {
-    g_autofree char *dir = g_dir_make_tmp("vblk-reset-XXXXXX", NULL);
-    g_autofree char *kernel = write_bzimage(dir, "tiny", reset_code, sizeof(reset_code), "");
-    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
-    g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
-    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
-    g_autofree char *serial_arg = g_strdup_printf("file:%s", log);
-    g_autofree char *out = NULL, *logged = NULL;
-    const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",   "32",    "-smp",    "2",        "-kernel", kernel,
-                    "-S",        "-qmp", qmp_arg, "-serial", serial_arg, NULL};
-    GString *want = g_string_new("1liak\n2liak\n");
-    g_autoptr(GString) acc = g_string_new(NULL);
-    GPid pid;
-    int fd, status;
+    VblkProc p;
+    g_autofree char *kernel = NULL, *serial = NULL, *out = NULL, *logged = NULL;
+    g_autoptr(GString) want = g_string_new("1liak\n2liak\n");
 
-    if (!bin || !kvm_usable()) {
-        if (!bin) {
-            g_test_skip("VBLK_BIN not set");
-        }
-        g_string_free(want, TRUE);
+    if (!vblkproc_usable()) {
         return;
     }
-    g_assert_true(g_spawn_async(NULL, argv, NULL,
-                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL,
-                                &pid, NULL));
-    fd = qmp_connect(sock);
-    g_assert_cmpint(fd, >=, 0);
-    g_free(qmp_wait(fd, acc, "QMP"));
-    expect_reply(fd, acc, "qmp_capabilities", "return");
-    expect_reply(fd, acc, "cont", "return");
+    vblkproc_init(&p, "vblk-reset-XXXXXX");
+    kernel = vblkproc_bzimage(p.dir, "tiny", reset_code, sizeof(reset_code), "");
+    serial = g_strdup_printf("file:%s", p.log);
+    vblkproc_start(&p, false, "-m", "32", "-smp", "2", "-kernel", kernel, "-S", "-serial", serial,
+                   NULL);
+    vblkproc_expect(&p, "cont", "return");
     /* Boot 1 rebooted by itself: boot 2 found nothing of boot 1's CPU state. */
-    out = qmp_wait(fd, acc, "\"RESET\"");
+    out = vblkproc_wait(&p, "\"RESET\"");
     g_assert_nonnull(strstr(out, "{\"guest\": true, \"reason\": \"guest-reset\"}"));
-    wait_file(log, want->str);
+    wait_file(p.log, want->str);
     /* Host resets, five in a row; each boot starts clean. */
     for (int i = 3; i <= 7; i++) {
         g_free(out);
-        qmp_send(fd, "system_reset");
-        out = qmp_wait(fd, acc, "return");
+        vblkproc_send(&p, "system_reset");
+        out = vblkproc_wait(&p, "return");
         g_assert_nonnull(strstr(out, "\"event\": \"RESET\", \"data\": {\"guest\": false, "
                                      "\"reason\": \"host-qmp-system-reset\"}"));
         g_string_append_printf(want, "%dliak\n", i);
-        wait_file(log, want->str);
+        wait_file(p.log, want->str);
     }
-    expect_reply(fd, acc, "query-status", "\"status\": \"running\"");
+    vblkproc_expect(&p, "query-status", "\"status\": \"running\"");
     /* Reset while stopped: nothing runs until cont, then boot 8 runs. */
-    expect_reply(fd, acc, "stop", "return");
-    expect_reply(fd, acc, "system_reset", "return");
-    expect_reply(fd, acc, "query-status", "\"prelaunch\"");
+    vblkproc_expect(&p, "stop", "return");
+    vblkproc_expect(&p, "system_reset", "return");
+    vblkproc_expect(&p, "query-status", "\"prelaunch\"");
     g_usleep(200000);
-    g_assert_true(g_file_get_contents(log, &logged, NULL, NULL));
+    g_assert_true(g_file_get_contents(p.log, &logged, NULL, NULL));
     g_assert_cmpstr(logged, ==, want->str);
-    expect_reply(fd, acc, "cont", "return");
+    vblkproc_expect(&p, "cont", "return");
     g_string_append(want, "8liak\n");
-    wait_file(log, want->str);
-    expect_reply(fd, acc, "query-status", "\"status\": \"running\"");
-    expect_reply(fd, acc, "quit", "return");
-    close(fd);
-    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
-    g_assert_true(WIFEXITED(status));
-    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
-    g_string_free(want, TRUE);
-    g_unlink(kernel);
-    g_unlink(log);
-    g_rmdir(dir);
+    wait_file(p.log, want->str);
+    vblkproc_expect(&p, "query-status", "\"status\": \"running\"");
+    vblkproc_expect(&p, "quit", "return");
+    vblkproc_end(&p, NULL);
 }
 
 /* -no-reboot: the guest's reboot and system_reset both end vblk (status 0), as in QEMU. */
 static void test_reset_no_reboot(void)
 {
-    g_autofree char *dir = g_dir_make_tmp("vblk-reset-XXXXXX", NULL);
-    g_autofree char *kernel = write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
-    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
-    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
-    g_autofree char *out = NULL;
-    const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",      "32",   "-kernel",    kernel, "-qmp",
-                    qmp_arg,     "-serial", "null", "-no-reboot", NULL};
-    g_autoptr(GString) acc = g_string_new(NULL);
-    GPid pid;
-    int fd, status;
+    VblkProc p;
+    g_autofree char *kernel = NULL, *out = NULL;
 
-    if (!bin || !kvm_usable()) {
-        if (!bin) {
-            g_test_skip("VBLK_BIN not set");
-        }
+    if (!vblkproc_usable()) {
         return;
     }
-    g_assert_true(g_spawn_async(NULL, argv, NULL,
-                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL,
-                                &pid, NULL));
-    fd = qmp_connect(sock);
-    g_assert_cmpint(fd, >=, 0);
-    g_free(qmp_wait(fd, acc, "QMP"));
-    expect_reply(fd, acc, "qmp_capabilities", "return");
-    qmp_send(fd, "system_reset");
-    out = qmp_wait(fd, acc, "host-qmp-system-reset");
+    vblkproc_init(&p, "vblk-reset-XXXXXX");
+    kernel = vblkproc_bzimage(p.dir, "halt", halt_code, sizeof(halt_code), "");
+    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-serial", "null", "-no-reboot", NULL);
+    vblkproc_send(&p, "system_reset");
+    out = vblkproc_wait(&p, "host-qmp-system-reset");
     g_assert_nonnull(strstr(out, "\"event\": \"SHUTDOWN\", \"data\": {\"guest\": false, "
                                  "\"reason\": \"host-qmp-system-reset\"}"));
     g_assert_null(strstr(out, "RESET\""));
-    close(fd);
-    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
-    g_assert_true(WIFEXITED(status));
-    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
-    g_unlink(kernel);
-    g_rmdir(dir);
+    vblkproc_end(&p, NULL);
 }
 
 /* Prints the NUL-terminated string that follows the code, then halts (IF clear: forever). */
@@ -745,53 +676,29 @@ static const uint8_t say_halt_code[] = {
  */
 static void test_reset_kernel_gone(void)
 {
-    g_autofree char *dir = g_dir_make_tmp("vblk-reset-XXXXXX", NULL);
-    g_autofree char *kernel =
-        write_bzimage(dir, "say", say_halt_code, sizeof(say_halt_code), "one\n");
-    g_autofree char *other = NULL;
-    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
-    g_autofree char *log = g_build_filename(dir, "serial.log", NULL);
-    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
-    g_autofree char *serial_arg = g_strdup_printf("file:%s", log);
-    g_autoptr(GString) acc = g_string_new(NULL);
-    const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin, "-m",    "32",      "-kernel",  kernel,
-                    "-qmp",      qmp_arg, "-serial", serial_arg, NULL};
-    GPid pid;
-    int fd, status;
+    VblkProc p;
+    g_autofree char *kernel = NULL, *other = NULL, *serial = NULL;
 
-    if (!bin || !kvm_usable()) {
-        if (!bin) {
-            g_test_skip("VBLK_BIN not set");
-        }
+    if (!vblkproc_usable()) {
         return;
     }
-    g_assert_true(g_spawn_async(NULL, argv, NULL,
-                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL |
-                                    G_SPAWN_STDERR_TO_DEV_NULL,
-                                NULL, NULL, &pid, NULL));
-    fd = qmp_connect(sock);
-    g_assert_cmpint(fd, >=, 0);
-    g_free(qmp_wait(fd, acc, "QMP"));
-    expect_reply(fd, acc, "qmp_capabilities", "return");
-    wait_file(log, "one\n");
+    vblkproc_init(&p, "vblk-reset-XXXXXX");
+    kernel = vblkproc_bzimage(p.dir, "say", say_halt_code, sizeof(say_halt_code), "one\n");
+    serial = g_strdup_printf("file:%s", p.log);
+    vblkproc_start(&p, true, "-m", "32", "-kernel", kernel, "-serial", serial, NULL);
+    wait_file(p.log, "one\n");
     /* Replaced by another kernel: the reset still boots the first one. */
-    other = write_bzimage(dir, "say", say_halt_code, sizeof(say_halt_code), "two\n");
+    other = vblkproc_bzimage(p.dir, "say", say_halt_code, sizeof(say_halt_code), "two\n");
     g_assert_cmpstr(other, ==, kernel);
-    expect_reply(fd, acc, "system_reset", "return");
-    wait_file(log, "one\none\n");
+    vblkproc_expect(&p, "system_reset", "return");
+    wait_file(p.log, "one\none\n");
     /* Deleted: the same. */
-    g_unlink(kernel);
-    expect_reply(fd, acc, "system_reset", "return");
-    wait_file(log, "one\none\none\n");
-    expect_reply(fd, acc, "query-status", "\"status\": \"running\"");
-    expect_reply(fd, acc, "quit", "return");
-    close(fd);
-    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
-    g_assert_true(WIFEXITED(status));
-    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
-    g_unlink(log);
-    g_rmdir(dir);
+    g_assert_cmpint(g_unlink(kernel), ==, 0);
+    vblkproc_expect(&p, "system_reset", "return");
+    wait_file(p.log, "one\none\none\n");
+    vblkproc_expect(&p, "query-status", "\"status\": \"running\"");
+    vblkproc_expect(&p, "quit", "return");
+    vblkproc_end(&p, NULL);
 }
 
 /*
@@ -813,11 +720,6 @@ static const uint8_t acpi_button_code[] = {
     0xf4, 0xeb, 0xfd,       /* hlt; jmp hlt */
 };
 
-static void qmp_send_raw(int fd, const char *json)
-{
-    g_assert_cmpint(write(fd, json, strlen(json)), ==, (ssize_t)strlen(json));
-}
-
 /*
  * system_powerdown end to end: POWERDOWN, the guest sees PWRBTN_STS and powers off
  * through S5 (SHUTDOWN guest-shutdown, status 0). With -machine acpi=off the command
@@ -825,43 +727,21 @@ static void qmp_send_raw(int fd, const char *json)
  */
 static void run_powerdown(bool acpi)
 {
-    g_autofree char *dir = g_dir_make_tmp("vblk-acpi-XXXXXX", NULL);
-    g_autofree char *kernel =
-        acpi ? write_bzimage(dir, "button", acpi_button_code, sizeof(acpi_button_code), "")
-             : write_bzimage(dir, "halt", halt_code, sizeof(halt_code), "");
-    g_autofree char *sock = g_build_filename(dir, "qmp.sock", NULL);
-    g_autofree char *qmp_arg = g_strdup_printf("unix:%s,server=on,wait=off", sock);
-    g_autofree char *out = NULL;
-    const char *bin = g_getenv("VBLK_BIN");
-    char *argv[] = {(char *)bin,
-                    "-m",
-                    "32",
-                    "-kernel",
-                    kernel,
-                    "-qmp",
-                    qmp_arg,
-                    "-serial",
-                    "null",
-                    "-machine",
-                    acpi ? "pc" : "pc,acpi=off",
-                    NULL};
-    GPid pid;
-    int fd, status;
+    VblkProc p;
+    g_autofree char *kernel = NULL;
+    char *out = NULL;
 
-    g_assert_true(g_spawn_async(NULL, argv, NULL,
-                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDIN_FROM_DEV_NULL |
-                                    G_SPAWN_STDERR_TO_DEV_NULL,
-                                NULL, NULL, &pid, NULL));
-    fd = qmp_connect(sock);
-    g_assert_cmpint(fd, >=, 0);
-    g_free(read_until(fd, "\n"));
-    qmp_send(fd, "qmp_capabilities");
-    g_free(read_until(fd, "\n"));
+    vblkproc_init(&p, "vblk-acpi-XXXXXX");
+    kernel = acpi
+                 ? vblkproc_bzimage(p.dir, "button", acpi_button_code, sizeof(acpi_button_code), "")
+                 : vblkproc_bzimage(p.dir, "halt", halt_code, sizeof(halt_code), "");
+    vblkproc_start(&p, true, "-m", "32", "-kernel", kernel, "-serial", "null", "-machine",
+                   acpi ? "pc" : "pc,acpi=off", NULL);
     if (acpi) {
         /* Wait until the guest has enabled the button: it listens from then on. */
         for (int i = 0; i < 250; i++) {
-            qmp_send(fd, "x-query-acpi");
-            out = read_until(fd, "\n");
+            vblkproc_send(&p, "x-query-acpi");
+            out = vblkproc_wait(&p, "return");
             if (strstr(out, "\"power-button-enabled\": true")) {
                 break;
             }
@@ -870,55 +750,203 @@ static void run_powerdown(bool acpi)
         }
         g_assert_nonnull(out);
         g_clear_pointer(&out, g_free);
-        qmp_send(fd, "system_powerdown");
-        out = read_until(fd, "guest-shutdown");
+        vblkproc_send(&p, "system_powerdown");
+        out = vblkproc_wait(&p, "guest-shutdown");
         g_assert_nonnull(strstr(out, "\"POWERDOWN\""));
         g_assert_nonnull(strstr(out, "\"return\": {}"));
         g_assert_nonnull(strstr(out, "\"SHUTDOWN\""));
         g_assert_nonnull(strstr(out, "\"guest\": true"));
     } else {
-        qmp_send(fd, "system_powerdown");
-        out = read_until(fd, "\"return\"");
+        vblkproc_send(&p, "system_powerdown");
+        out = vblkproc_wait(&p, "\"return\"");
         g_assert_nonnull(strstr(out, "\"POWERDOWN\""));
         g_assert_null(strstr(out, "\"error\""));
         g_clear_pointer(&out, g_free);
-        qmp_send(fd, "x-query-acpi");
-        out = read_until(fd, "\n");
+        vblkproc_send(&p, "x-query-acpi");
+        out = vblkproc_wait(&p, "return");
         g_assert_nonnull(strstr(out, "\"enabled\": false"));
         g_clear_pointer(&out, g_free);
-        qmp_send_raw(fd, "{\"execute\": \"quit\"}\n");
-        out = read_until(fd, "host-qmp-quit");
+        vblkproc_send(&p, "quit");
+        out = vblkproc_wait(&p, "host-qmp-quit");
     }
-    close(fd);
-    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
-    g_assert_true(WIFEXITED(status));
-    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
-    g_unlink(kernel);
-    g_unlink(sock);
-    g_rmdir(dir);
+    g_free(out);
+    vblkproc_end(&p, NULL);
 }
 
 static void test_acpi_powerdown(void)
 {
-    if (!g_getenv("VBLK_BIN")) {
-        g_test_skip("VBLK_BIN not set");
-        return;
-    }
-    if (!kvm_usable()) {
+    if (!vblkproc_usable()) {
         return;
     }
     run_powerdown(true);
     run_powerdown(false);
 }
 
+/* Where the code of a vblkproc_bzimage() kernel runs: its 64-bit entry. */
+#define BZ_ENTRY (BOOT_KERNEL_ADDR + 0x200)
+
+/* The RIP that vblk's "vCPU N: RIP=" line shows. */
+static uint64_t logged_rip(const char *err, unsigned id)
+{
+    g_autofree char *needle = g_strdup_printf("vCPU %u: RIP=", id);
+    const char *p = strstr(err, needle);
+
+    g_assert_nonnull(p);
+    return g_ascii_strtoull(p + strlen(needle), NULL, 16);
+}
+
+/*
+ * A triple fault under -no-reboot ends vblk with status 2, SHUTDOWN reason
+ * guest-reset (as QEMU) and the registers on stderr; without -no-reboot it is a
+ * reset (RESET guest-reset), logged each time. On kvm-pvm the fault may come
+ * back as an emulation failure instead: status 1, SHUTDOWN host-error.
+ */
+static void test_triple_fault(void)
+{
+    VblkProc p;
+    g_autofree char *kernel = NULL, *out = NULL, *err = NULL;
+    int status;
+
+    if (!vblkproc_usable()) {
+        return;
+    }
+    vblkproc_init(&p, "vblk-tf-XXXXXX");
+    p.err_log = g_build_filename(p.dir, "stderr.log", NULL);
+    kernel = vblkproc_bzimage(p.dir, "trap", trap_code, sizeof(trap_code), "");
+    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-serial", "null", "-no-reboot", "-S",
+                   NULL);
+    vblkproc_send(&p, "cont");
+    out = vblkproc_wait(&p, "\"SHUTDOWN\"");
+    status = vblkproc_end_status(&p, NULL, &err);
+    if (status == 2) {
+        g_assert_nonnull(strstr(out, "{\"guest\": true, \"reason\": \"guest-reset\"}"));
+        g_assert_nonnull(strstr(err, "vblk: vCPU 0: triple fault (KVM_EXIT_SHUTDOWN)"));
+        /* Intel keeps the faulting state (the int3); AMD SVM resets the vCPU first, and vblk says so. */
+        if (strstr(err, "KVM reset this vCPU at the shutdown")) {
+            g_assert_cmphex(logged_rip(err, 0), ==, 0xfff0);
+            g_assert_nonnull(strstr(err, "vblk: vCPU 0: CS=f000 "));
+        } else {
+            g_assert_cmphex(logged_rip(err, 0) - BZ_ENTRY, <=, 1);
+        }
+    } else {
+        g_assert_cmpint(status, ==, 1);
+        g_assert_nonnull(strstr(out, "{\"guest\": false, \"reason\": \"host-error\"}"));
+        g_assert_nonnull(strstr(err, "KVM_EXIT_"));
+        g_assert_nonnull(strstr(err, "vblk: vCPU 0: RIP="));
+        return; /* no triple faults on this host: the in-place case cannot be shown */
+    }
+    g_clear_pointer(&out, g_free);
+    g_clear_pointer(&err, g_free);
+
+    /* Without -no-reboot: reset, fault again, reset... each one logged; quit ends it (0). */
+    vblkproc_init(&p, "vblk-tf-XXXXXX");
+    p.err_log = g_build_filename(p.dir, "stderr.log", NULL);
+    kernel = vblkproc_bzimage(p.dir, "trap", trap_code, sizeof(trap_code), "");
+    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-serial", "null", NULL);
+    for (int i = 0; i < 2; i++) {
+        g_free(out);
+        out = vblkproc_wait(&p, "\"RESET\"");
+        g_assert_nonnull(strstr(out, "{\"guest\": true, \"reason\": \"guest-reset\"}"));
+    }
+    vblkproc_expect(&p, "quit", "return");
+    g_assert_cmpint(vblkproc_end_status(&p, NULL, &err), ==, 0);
+    g_assert_nonnull(strstr(err, "vblk: vCPU 0: triple fault (KVM_EXIT_SHUTDOWN) after "));
+    g_assert_nonnull(strstr(strstr(err, "the guest is reset") + 1, "the guest is reset"));
+}
+
+/* The RIP on vCPU @id's debug-state line. */
+static uint64_t dump_rip(const char *dump, unsigned id)
+{
+    g_autofree char *needle = g_strdup_printf("debug-state: vCPU %u: ", id);
+    const char *p = strstr(dump, needle);
+    const char *eol = p ? strchr(p, '\n') : NULL;
+    const char *rip = p ? strstr(p, ", RIP=") : NULL;
+
+    g_assert_nonnull(rip);
+    g_assert_true(rip < eol);
+    return g_ascii_strtoull(rip + strlen(", RIP="), NULL, 16);
+}
+
+/* Waits (up to 10 s) until the file holds @n complete debug-state dumps; returns it. */
+static char *wait_dumps(const char *path, unsigned n)
+{
+    char *got = NULL;
+
+    for (int i = 0; i < 1000; i++) {
+        unsigned found = 0;
+
+        g_free(got);
+        got = NULL;
+        if (g_file_get_contents(path, &got, NULL, NULL)) {
+            for (const char *p = got; (p = strstr(p, "vblk: debug-state: end\n")); p++) {
+                found++;
+            }
+            if (found >= n) {
+                return got;
+            }
+        }
+        g_usleep(10000);
+    }
+    g_error("no %u debug-state dumps in %s: %s", n, path, got ? got : "(nothing)");
+}
+
+/*
+ * x-debug-state and SIGUSR2: each vCPU's state, time in it and RIP, the run
+ * state and the main thread; a running halted guest is "in KVM_RUN", a stopped
+ * one "paused", both with the RIP of its hlt loop.
+ */
+static void test_debug_state(void)
+{
+    VblkProc p;
+    g_autofree char *kernel = NULL, *err = NULL, *err_path = NULL;
+    char *dump;
+    uint64_t rip;
+
+    if (!vblkproc_usable()) {
+        return;
+    }
+    vblkproc_init(&p, "vblk-dbg-XXXXXX");
+    p.err_log = g_build_filename(p.dir, "stderr.log", NULL);
+    err_path = g_strdup(p.err_log);
+    kernel = vblkproc_bzimage(p.dir, "halt", halt_code, sizeof(halt_code), "");
+    vblkproc_start(&p, false, "-m", "32", "-smp", "2", "-kernel", kernel, "-serial", "null", NULL);
+    g_usleep(200000);
+    vblkproc_expect(&p, "x-debug-state", "\"return\": {}");
+    dump = wait_dumps(err_path, 1);
+    g_test_message("%s", dump);
+    g_assert_nonnull(strstr(dump, "vblk: debug-state: run state running; main thread "));
+    g_assert_nonnull(strstr(dump, "vblk: debug-state: vCPU 0: in KVM_RUN for "));
+    g_assert_nonnull(strstr(dump, "vblk: debug-state: vCPU 1: in KVM_RUN for "));
+    g_assert_nonnull(strstr(dump, ", BQL "));
+    rip = dump_rip(dump, 0);
+    g_assert_cmphex(rip - BZ_ENTRY, <=, sizeof(halt_code));
+    g_free(dump);
+
+    vblkproc_expect(&p, "stop", "return");
+    kill(p.pid, SIGUSR2);
+    dump = wait_dumps(err_path, 2);
+    g_assert_nonnull(strstr(strstr(dump, "debug-state: end") + 1,
+                            "vblk: debug-state: run state paused; main thread "));
+    g_assert_nonnull(strstr(strstr(dump, "debug-state: end") + 1, "vblk: debug-state: vCPU 0: paused for "));
+    g_test_message("%s", strstr(dump, "debug-state: end") + 1);
+    rip = dump_rip(strstr(dump, "debug-state: end") + 1, 0);
+    g_assert_cmphex(rip - BZ_ENTRY, <=, sizeof(halt_code));
+    g_free(dump);
+    vblkproc_expect(&p, "quit", "return");
+    g_assert_cmpint(vblkproc_end_status(&p, NULL, &err), ==, 0);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/vmm/kvm/triple-fault", test_triple_fault);
+    g_test_add_func("/vmm/kvm/debug-state", test_debug_state);
     g_test_add_func("/vmm/kvm/hello", test_hello);
     g_test_add_func("/vmm/kvm/unhandled-accesses", test_unhandled_accesses);
     g_test_add_func("/vmm/kvm/paused-start-smp", test_paused_start_smp);
     g_test_add_func("/vmm/kvm/cli", test_cli);
     g_test_add_func("/vmm/kvm/qmp-cont", test_qmp_cont);
+    g_test_add_func("/vmm/kvm/hmp-socket", test_hmp_socket);
     g_test_add_func("/vmm/kvm/reset-in-place", test_reset_in_place);
     g_test_add_func("/vmm/kvm/pause-completes-mmio", test_pause_completes_mmio);
     g_test_add_data_func("/vmm/kvm/reset-mmio-pending", mmio_loop_code, test_reset_io_pending);

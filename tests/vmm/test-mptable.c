@@ -2,8 +2,8 @@
 #include <glib.h>
 #include <string.h>
 
-#include "vblk/mptable.h"
-#include "vblk/vmm.h"
+#include "vmm/mptable.h"
+#include "vmm/vmm.h"
 
 static uint32_t le32(const uint8_t *p)
 {

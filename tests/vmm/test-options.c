@@ -2,7 +2,7 @@
 #include <glib.h>
 #include <string.h>
 
-#include "vblk/options.h"
+#include "vmm/options.h"
 
 /* Parses a space-separated command line (single quotes group words). */
 static VmmOptions *parse_line(const char *line, GError **errp)
@@ -157,9 +157,11 @@ static void test_serial_options(void)
     options_free(o);
     o = parse_ok("-nodefaults -serial stdio");
     g_assert_cmpint(o->serial, ==, SERIAL_STDIO);
+    g_assert_false(o->serial_mon);
     options_free(o);
     o = parse_ok("-serial mon:stdio");
     g_assert_cmpint(o->serial, ==, SERIAL_STDIO);
+    g_assert_true(o->serial_mon); /* the monitor shares stdio (Ctrl-a c) */
     options_free(o);
 }
 
@@ -176,10 +178,10 @@ static void test_drive_and_device(void)
     DriveOptions *d = o->drives->pdata[0];
     DeviceOptions *dev = o->devices->pdata[0];
 
-    g_assert_cmpstr(d->file, ==, "/a,b.img");
-    g_assert_true(d->cache_direct && d->cache_writeback && !d->cache_no_flush);
-    g_assert_cmpint(d->aio, ==, DRIVE_AIO_NATIVE);
-    g_assert_true(d->readonly && d->discard_unmap);
+    g_assert_cmpstr(d->blk.file, ==, "/a,b.img");
+    g_assert_true(d->blk.cache.direct && d->blk.cache.writeback && !d->blk.cache.no_flush);
+    g_assert_cmpint(d->blk.aio, ==, BLOCK_AIO_NATIVE);
+    g_assert_true(d->blk.read_only && d->blk.discard_unmap);
     g_assert_cmpstr(dev->id, ==, "disk0");
     g_assert_cmpint(dev->slot, ==, 6);
     g_assert_false(dev->config_wce);
@@ -190,6 +192,15 @@ static void test_drive_and_device(void)
     g_assert_cmpuint(dev->logical_block_size, ==, 4096);
     g_assert_false(dev->discard || dev->write_zeroes);
     g_assert_cmpstr(dev->iothread, ==, "io0");
+    {
+        const IothreadOptions *io = o->iothreads->pdata[0];
+
+        /* Typed, with QEMU's defaults for what is not given. */
+        g_assert_cmpstr(io->id, ==, "io0");
+        g_assert_cmpint(io->params.poll_max_ns, ==, IOTHREAD_POLL_MAX_NS_DEFAULT);
+        g_assert_cmpint(io->params.poll_grow, ==, 0);
+        g_assert_cmpint(io->params.poll_shrink, ==, 0);
+    }
     /* if=virtio makes its own device with QEMU's defaults. */
     g_assert_cmpuint(o->devices->len, ==, 2);
     dev = o->devices->pdata[1];
@@ -199,8 +210,8 @@ static void test_drive_and_device(void)
     g_assert_true(dev->config_wce && dev->discard && dev->write_zeroes);
     g_assert_cmpuint(dev->queue_size, ==, 256);
     g_assert_cmpint(dev->slot, ==, -1);
-    g_assert_false(d->cache_writeback || d->cache_direct);
-    g_assert_cmpint(d->aio, ==, DRIVE_AIO_IO_URING);
+    g_assert_false(d->blk.cache.writeback || d->blk.cache.direct);
+    g_assert_cmpint(d->blk.aio, ==, BLOCK_AIO_IO_URING);
     options_free(o);
 
     /* -device before its -drive is fine, as in QEMU. */
@@ -212,7 +223,7 @@ static void test_drive_and_device(void)
                  "-device virtio-blk,drive=u,addr=1f.0,x-data-plane=yes");
     d = o->drives->pdata[0];
     dev = o->devices->pdata[0];
-    g_assert_true(d->cache_no_flush);
+    g_assert_true(d->blk.cache.no_flush);
     g_assert_cmpint(dev->slot, ==, 0x1f);
     g_assert_true(dev->data_plane);
     g_assert_cmpint(dev->write_cache, ==, -1);
@@ -233,6 +244,19 @@ static void test_drive_and_device(void)
     g_assert_cmpstr(((RawOption *)o->raw->pdata[0])->name, ==, "-qmp");
     g_assert_cmpstr(((RawOption *)o->raw->pdata[0])->arg, ==,
                     "unix:/tmp/q.sock,server=on,wait=off");
+    options_free(o);
+}
+
+static void test_object_iothread(void)
+{
+    VmmOptions *o = parse_ok("-object iothread,id=io1,poll-max-ns=0x100,poll-grow=4,poll-shrink=2,"
+                             "aio-max-batch=8");
+    const IothreadOptions *io = o->iothreads->pdata[0];
+
+    g_assert_cmpint(io->params.poll_max_ns, ==, 256);
+    g_assert_cmpint(io->params.poll_grow, ==, 4);
+    g_assert_cmpint(io->params.poll_shrink, ==, 2);
+    g_assert_cmpint(io->aio_max_batch, ==, 8);
     options_free(o);
 }
 
@@ -286,6 +310,22 @@ static void test_bad_lines(void)
     parse_bad("-object memory-backend-ram,id=m", "memory-backend-ram");
     parse_bad("-object iothread", "id= is required");
     parse_bad("-object iothread,id=a -object iothread,id=a", "duplicate ID");
+    /* QEMU 7.2's messages for the typed iothread properties. */
+    parse_bad(
+        "-object iothread,id=t,poll-max-ns=x",
+        "-object iothread,id=t,poll-max-ns=x: Parameter 'poll-max-ns' expects an int64 value");
+    parse_bad("-object iothread,id=t,poll-grow=1.5",
+              "Parameter 'poll-grow' expects an int64 value");
+    parse_bad("-object iothread,id=t,poll-max-ns=",
+              "Parameter 'poll-max-ns' expects an int64 value");
+    parse_bad("-object iothread,id=t,poll-max-ns=99999999999999999999",
+              "Parameter 'poll-max-ns' expects an int64 value");
+    parse_bad("-object iothread,id=t,aio-max-batch=x",
+              "Parameter 'aio-max-batch' expects an int64 value");
+    parse_bad("-object iothread,id=t,poll-shrink=-5",
+              "poll-shrink value must be in range [0, 9223372036854775807]");
+    parse_bad("-object iothread,id=t,bogus=1",
+              "-object iothread,id=t,bogus=1: Invalid parameter 'bogus'");
     parse_bad("-serial tcp:1.2.3.4:5", "-serial");
     parse_bad("-serial stdio -serial file:/x", "only one serial port");
     parse_bad("-accel tcg", "tcg");
@@ -295,7 +335,7 @@ static void test_bad_lines(void)
     parse_bad("-vga qxl", "-vga qxl");
 }
 
-/* Command lines from /work/shared/seeds, as written, minus devices vblk does not have. */
+/* The seed workloads' command lines, as written, minus devices vblk does not have. */
 static void test_seed_lines(void)
 {
     VmmOptions *o;
@@ -375,7 +415,7 @@ static void test_blockdev(void)
 
     g_assert_true(d->blockdev);
     g_assert_cmpstr(d->id, ==, "disk0");
-    g_assert_null(d->file);
+    g_assert_null(d->blk.file);
     g_assert_cmpstr(block_opt(d, "driver"), ==, "raw");
     g_assert_cmpstr(block_opt(d, "file.filename"), ==, "/x.img");
     g_assert_cmpstr(block_opt(d, "cache.direct"), ==, "on");
@@ -429,6 +469,7 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/options/machine", test_machine_options);
     g_test_add_func("/vmm/options/serial", test_serial_options);
     g_test_add_func("/vmm/options/drive-and-device", test_drive_and_device);
+    g_test_add_func("/vmm/options/object-iothread", test_object_iothread);
     g_test_add_func("/vmm/options/bad-lines", test_bad_lines);
     g_test_add_func("/vmm/options/seed-lines", test_seed_lines);
     g_test_add_func("/vmm/options/help-version", test_help_version);

@@ -5,76 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "vblk/pci.h"
-#include "vblk/vmm.h"
-
-/* Records what the bus asks of "KVM". */
-typedef struct FakeKvm {
-    int next_gsi;
-    int routes_added, routes_updated, routes_removed;
-    uint64_t last_addr;
-    uint32_t last_data;
-    int irqfd_bound[64]; /* by gsi: 1 bound */
-    int signalled;
-    int resets;
-    bool intx[32];
-} FakeKvm;
-
-static void fk_set_irq(void *o, unsigned gsi, bool level)
-{
-    ((FakeKvm *)o)->intx[gsi] = level;
-}
-
-static int fk_route_add(void *o, uint64_t addr, uint32_t data)
-{
-    FakeKvm *k = o;
-
-    k->routes_added++;
-    k->last_addr = addr;
-    k->last_data = data;
-    return k->next_gsi++;
-}
-
-static bool fk_route_update(void *o, int gsi, uint64_t addr, uint32_t data)
-{
-    FakeKvm *k = o;
-
-    k->routes_updated++;
-    k->last_addr = addr;
-    k->last_data = data;
-    return true;
-}
-
-static void fk_route_remove(void *o, int gsi)
-{
-    ((FakeKvm *)o)->routes_removed++;
-}
-
-static bool fk_irqfd(void *o, int fd, int gsi, bool assign)
-{
-    ((FakeKvm *)o)->irqfd_bound[gsi] = assign;
-    return true;
-}
-
-static void fk_signal(void *o, uint64_t addr, uint32_t data)
-{
-    ((FakeKvm *)o)->signalled++;
-}
-
-static void fk_reset(void *o)
-{
-    ((FakeKvm *)o)->resets++;
-}
-
-static const PciIrqOps fk_ops = {
-    .set_irq = fk_set_irq,
-    .msi_route_add = fk_route_add,
-    .msi_route_update = fk_route_update,
-    .msi_route_remove = fk_route_remove,
-    .irqfd = fk_irqfd,
-    .signal_msi = fk_signal,
-    .reset = fk_reset,
-};
+#include "pcifix.h"
 
 typedef struct TestDev {
     PciDevice pci;
@@ -110,9 +41,7 @@ static const PciDeviceOps td_ops = {
     .bar_read = td_bar_read, .bar_write = td_bar_write, .bar_mapped = td_bar_mapped};
 
 typedef struct Fixture {
-    IoBus *pio, *mmio;
-    PciBus *bus;
-    FakeKvm kvm;
+    PciFix pf;
     TestDev dev;
 } Fixture;
 
@@ -127,42 +56,31 @@ static void fixture_setup(Fixture *f, gconstpointer data)
                                 .interrupt_pin = 1};
     GError *err = NULL;
 
-    memset(f, 0, sizeof(*f));
-    f->kvm.next_gsi = 24;
-    f->pio = iobus_new("pio");
-    f->mmio = iobus_new("mmio");
-    f->bus = pci_bus_new(f->pio, f->mmio, &fk_ops, &f->kvm, &err);
-    g_assert_no_error(err);
+    memset(&f->dev, 0, sizeof(f->dev));
+    pcifix_init(&f->pf);
     pci_device_init(&f->dev.pci, &td_ops, &info, "test");
     g_assert_true(pci_device_add_bar(&f->dev.pci, 0, 0x4000, false, &err));
     g_assert_true(pci_device_add_bar(&f->dev.pci, 2, 0x1000, true, &err));
     g_assert_true(msix_init(&f->dev.pci, 3, 2, 0, 0x800, &err));
     g_assert_cmpuint(pci_device_add_cap(&f->dev.pci, PCI_CAP_ID_VNDR, 16, &err), !=, 0);
-    g_assert_true(pci_bus_register(f->bus, &f->dev.pci, 3, &err));
+    g_assert_true(pci_bus_register(f->pf.bus, &f->dev.pci, 3, &err));
     g_assert_no_error(err);
 }
 
 static void fixture_teardown(Fixture *f, gconstpointer data)
 {
     msix_free(&f->dev.pci);
-    pci_bus_free(f->bus);
-    iobus_free(f->pio);
-    iobus_free(f->mmio);
+    pcifix_cleanup(&f->pf);
 }
 
 static uint32_t cfg_read(Fixture *f, unsigned slot, unsigned reg, unsigned size)
 {
-    uint64_t v;
-
-    iobus_write(f->pio, 0xcf8, 4, 0x80000000u | (slot << 11) | (reg & 0xfc));
-    iobus_read(f->pio, 0xcfc + (reg & 3), size, &v);
-    return v;
+    return pcifix_cfg_read(&f->pf, slot, reg, size);
 }
 
 static void cfg_write(Fixture *f, unsigned slot, unsigned reg, unsigned size, uint32_t val)
 {
-    iobus_write(f->pio, 0xcf8, 4, 0x80000000u | (slot << 11) | (reg & 0xfc));
-    iobus_write(f->pio, 0xcfc + (reg & 3), size, val);
+    pcifix_cfg_write(&f->pf, slot, reg, size, val);
 }
 
 static void test_conf1(Fixture *f, gconstpointer data)
@@ -177,24 +95,24 @@ static void test_conf1(Fixture *f, gconstpointer data)
     g_assert_cmphex(cfg_read(f, 3, 0, 2), ==, 0x1af4);
     g_assert_cmphex(cfg_read(f, 3, 2, 2), ==, 0x1042);
     g_assert_cmphex(cfg_read(f, 4, 0, 4), ==, 0xffffffff);
-    iobus_write(f->pio, 0xcf8, 4, 0x80000100u | (3 << 11)); /* function 1 */
-    iobus_read(f->pio, 0xcfc, 4, &v);
+    iobus_write(f->pf.pio, 0xcf8, 4, 0x80000100u | (3 << 11)); /* function 1 */
+    iobus_read(f->pf.pio, 0xcfc, 4, &v);
     g_assert_cmphex(v, ==, 0xffffffff);
-    iobus_write(f->pio, 0xcf8, 4, (3 << 11)); /* enable bit clear */
-    iobus_read(f->pio, 0xcfc, 4, &v);
+    iobus_write(f->pf.pio, 0xcf8, 4, (3 << 11)); /* enable bit clear */
+    iobus_read(f->pf.pio, 0xcfc, 4, &v);
     g_assert_cmphex(v, ==, 0xffffffff);
     /* The address latch reads back; byte writes to 0xcfb (pci_check_type1) are harmless. */
-    iobus_write(f->pio, 0xcf8, 4, 0x80001234);
-    iobus_read(f->pio, 0xcf8, 4, &v);
+    iobus_write(f->pf.pio, 0xcf8, 4, 0x80001234);
+    iobus_read(f->pf.pio, 0xcf8, 4, &v);
     g_assert_cmphex(v, ==, 0x80001234);
-    iobus_write(f->pio, 0xcfb, 1, 0x01);
-    iobus_read(f->pio, 0xcf8, 4, &v);
+    iobus_write(f->pf.pio, 0xcfb, 1, 0x01);
+    iobus_read(f->pf.pio, 0xcf8, 4, &v);
     g_assert_cmphex(v, ==, 0x80001234);
     /* 0xcf9 bit 2: reset. */
-    iobus_write(f->pio, 0xcf9, 1, 0x02);
-    g_assert_cmpint(f->kvm.resets, ==, 0);
-    iobus_write(f->pio, 0xcf9, 1, 0x06);
-    g_assert_cmpint(f->kvm.resets, ==, 1);
+    iobus_write(f->pf.pio, 0xcf9, 1, 0x02);
+    g_assert_cmpint(f->pf.kvm.resets, ==, 0);
+    iobus_write(f->pf.pio, 0xcf9, 1, 0x06);
+    g_assert_cmpint(f->pf.kvm.resets, ==, 1);
     /* A 4-byte access at offset 2 of the data window is clipped at the dword. */
     g_assert_cmphex(cfg_read(f, 3, 2, 4), ==, 0xffff1042);
 }
@@ -265,9 +183,9 @@ static void test_bar_move_dispatch(Fixture *f, gconstpointer data)
     uint32_t orig = cfg_read(f, 3, PCI_BASE_ADDRESS_0, 4);
     uint64_t v;
 
-    g_assert_true(iobus_read(f->mmio, orig + 0x10, 4, &v));
+    g_assert_true(iobus_read(f->pf.mmio, orig + 0x10, 4, &v));
     g_assert_cmphex(v, ==, 0x10);
-    iobus_write(f->mmio, orig + 0x3000, 2, 7);
+    iobus_write(f->pf.mmio, orig + 0x3000, 2, 7);
     g_assert_cmphex(f->dev.last_write_off, ==, 0x3000);
     g_assert_cmphex(f->dev.last_write_val, ==, 7);
     /* Reprogramming with decode on moves the region and tells the device twice. */
@@ -276,8 +194,8 @@ static void test_bar_move_dispatch(Fixture *f, gconstpointer data)
     g_assert_cmpint(f->dev.mapped_calls, ==, 2);
     g_assert_true(f->dev.last_mapped);
     g_assert_cmphex(f->dev.last_gpa, ==, 0xd0000000);
-    g_assert_false(iobus_read(f->mmio, orig + 0x10, 4, &v));
-    g_assert_true(iobus_read(f->mmio, 0xd0000010, 4, &v));
+    g_assert_false(iobus_read(f->pf.mmio, orig + 0x10, 4, &v));
+    g_assert_true(iobus_read(f->pf.mmio, 0xd0000010, 4, &v));
     g_assert_cmphex(v, ==, 0x10);
 }
 
@@ -311,15 +229,15 @@ static void test_intx(Fixture *f, gconstpointer data)
     g_assert_cmpuint(gsi, <, 24);
     g_assert_cmpuint(cfg_read(f, 3, PCI_INTERRUPT_LINE, 1), ==, gsi);
     pci_set_irq(&f->dev.pci, true);
-    g_assert_true(f->kvm.intx[gsi]);
+    g_assert_true(f->pf.kvm.intx[gsi]);
     g_assert_true(cfg_read(f, 3, PCI_STATUS, 2) & PCI_STATUS_INTERRUPT);
     cfg_write(f, 3, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_INTX_DISABLE);
-    g_assert_false(f->kvm.intx[gsi]);
+    g_assert_false(f->pf.kvm.intx[gsi]);
     g_assert_true(cfg_read(f, 3, PCI_STATUS, 2) & PCI_STATUS_INTERRUPT);
     cfg_write(f, 3, PCI_COMMAND, 2, PCI_COMMAND_MEMORY);
-    g_assert_true(f->kvm.intx[gsi]);
+    g_assert_true(f->pf.kvm.intx[gsi]);
     pci_set_irq(&f->dev.pci, false);
-    g_assert_false(f->kvm.intx[gsi]);
+    g_assert_false(f->pf.kvm.intx[gsi]);
 }
 
 static uint64_t msix_base(Fixture *f)
@@ -331,13 +249,13 @@ static uint32_t mmio_read32(Fixture *f, uint64_t addr)
 {
     uint64_t v;
 
-    iobus_read(f->mmio, addr, 4, &v);
+    iobus_read(f->pf.mmio, addr, 4, &v);
     return v;
 }
 
 static void mmio_write32(Fixture *f, uint64_t addr, uint32_t v)
 {
-    iobus_write(f->mmio, addr, 4, v);
+    iobus_write(f->pf.mmio, addr, 4, v);
 }
 
 static void msix_enable(Fixture *f, bool enable, bool fmask)
@@ -379,38 +297,38 @@ static void test_msix_table(Fixture *f, gconstpointer data)
     g_assert_cmphex(mmio_read32(f, t + 16 + 8), ==, 0x4041);
     msix_set_notifier(&f->dev.pci, 1, efd);
     /* Disabled MSI-X: nothing routed; events pend in the eventfd and show in the PBA. */
-    g_assert_cmpint(f->kvm.routes_added, ==, 0);
+    g_assert_cmpint(f->pf.kvm.routes_added, ==, 0);
     g_assert_true(write(efd, &one, 8) == 8);
     g_assert_cmphex(mmio_read32(f, t + 0x800), ==, 0x2);
     /* Enable + unmask: route with the table's address/data and bind the irqfd. */
     msix_enable(f, true, false);
-    g_assert_cmpint(f->kvm.routes_added, ==, 0); /* still masked */
+    g_assert_cmpint(f->pf.kvm.routes_added, ==, 0); /* still masked */
     mmio_write32(f, t + 16 + 12, 0);
-    g_assert_cmpint(f->kvm.routes_added, ==, 1);
-    g_assert_cmphex(f->kvm.last_addr, ==, 0xfee00000);
-    g_assert_cmphex(f->kvm.last_data, ==, 0x4041);
-    g_assert_true(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->pf.kvm.routes_added, ==, 1);
+    g_assert_cmphex(f->pf.kvm.last_addr, ==, 0xfee00000);
+    g_assert_cmphex(f->pf.kvm.last_data, ==, 0x4041);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, efd);
     g_assert_true(msix_vector_deliverable(&f->dev.pci, 1));
     g_assert_false(msix_vector_deliverable(&f->dev.pci, 0));
     /* Bound: KVM owns the counter, the PBA no longer reports it. */
     g_assert_cmphex(mmio_read32(f, t + 0x800), ==, 0);
     /* Function mask unbinds; unmask rebinds without a new route. */
     msix_enable(f, true, true);
-    g_assert_false(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, -1);
     g_assert_false(msix_vector_deliverable(&f->dev.pci, 1));
     msix_enable(f, true, false);
-    g_assert_true(f->kvm.irqfd_bound[24]);
-    g_assert_cmpint(f->kvm.routes_added, ==, 1);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, efd);
+    g_assert_cmpint(f->pf.kvm.routes_added, ==, 1);
     /* Changing the message while masked updates the route on unmask. */
     mmio_write32(f, t + 16 + 12, 1);
-    g_assert_false(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, -1);
     mmio_write32(f, t + 16 + 8, 0x4042);
-    g_assert_cmpint(f->kvm.routes_updated, ==, 0);
+    g_assert_cmpint(f->pf.kvm.routes_updated, ==, 0);
     mmio_write32(f, t + 16 + 12, 0);
-    g_assert_cmpint(f->kvm.routes_updated, ==, 1);
-    g_assert_cmphex(f->kvm.last_data, ==, 0x4042);
+    g_assert_cmpint(f->pf.kvm.routes_updated, ==, 1);
+    g_assert_cmphex(f->pf.kvm.last_data, ==, 0x4042);
     /* Odd-sized accesses are ignored; the PBA is read-only. */
-    iobus_write(f->mmio, t + 16 + 8, 1, 0xff);
+    iobus_write(f->pf.mmio, t + 16 + 8, 1, 0xff);
     g_assert_cmphex(mmio_read32(f, t + 16 + 8), ==, 0x4042);
     mmio_write32(f, t + 0x800, 0xffffffff);
     g_assert_cmphex(mmio_read32(f, t + 0x800), ==, 0);
@@ -418,7 +336,7 @@ static void test_msix_table(Fixture *f, gconstpointer data)
     g_assert_cmphex(mmio_read32(f, t + 0x400), ==, 0x2400);
     /* Reset masks everything again and unbinds. */
     msix_reset(&f->dev.pci);
-    g_assert_false(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, -1);
     g_assert_cmphex(mmio_read32(f, t + 16 + 12), ==, 1);
     g_assert_false(msix_enabled(&f->dev.pci));
     msix_set_notifier(&f->dev.pci, 1, -1);
@@ -436,15 +354,15 @@ static void test_msix_soft_notify(Fixture *f, gconstpointer data)
     msix_notify(&f->dev.pci, 0);
     g_assert_true(msix_is_pending(&f->dev.pci, 0));
     g_assert_cmphex(mmio_read32(f, t + 0x800), ==, 1);
-    g_assert_cmpint(f->kvm.signalled, ==, 0);
+    g_assert_cmpint(f->pf.kvm.signalled, ==, 0);
     mmio_write32(f, t + 12, 0);
-    g_assert_cmpint(f->kvm.signalled, ==, 1);
+    g_assert_cmpint(f->pf.kvm.signalled, ==, 1);
     g_assert_false(msix_is_pending(&f->dev.pci, 0));
     msix_notify(&f->dev.pci, 0);
-    g_assert_cmpint(f->kvm.signalled, ==, 2);
+    g_assert_cmpint(f->pf.kvm.signalled, ==, 2);
     /* With MSI-X on, INTx stays quiet. */
     pci_set_irq(&f->dev.pci, true);
-    g_assert_false(f->kvm.intx[pci_intx_gsi(&f->dev.pci)]);
+    g_assert_false(f->pf.kvm.intx[pci_intx_gsi(&f->dev.pci)]);
 }
 
 /* A device leaving the bus gives its irqfds and routes back. */
@@ -457,12 +375,12 @@ static void test_msix_unregister(Fixture *f, gconstpointer data)
     msix_set_notifier(&f->dev.pci, 0, efd);
     msix_enable(f, true, false);
     mmio_write32(f, t + 12, 0);
-    g_assert_true(f->kvm.irqfd_bound[24]);
-    pci_bus_unregister(f->bus, &f->dev.pci);
-    g_assert_false(f->kvm.irqfd_bound[24]);
-    g_assert_cmpint(f->kvm.routes_removed, ==, 1);
-    g_assert_null(pci_bus_device(f->bus, 3));
-    g_assert_cmpint(pci_bus_free_slot(f->bus), ==, 1);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, efd);
+    pci_bus_unregister(f->pf.bus, &f->dev.pci);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, -1);
+    g_assert_cmpint(f->pf.kvm.routes_removed, ==, 1);
+    g_assert_null(pci_bus_device(f->pf.bus, 3));
+    g_assert_cmpint(pci_bus_free_slot(f->pf.bus), ==, 1);
     close(efd);
 }
 
@@ -497,15 +415,15 @@ static void test_bus_reset(Fixture *f, gconstpointer data)
     msix_set_notifier(&f->dev.pci, 0, efd);
     msix_enable(f, true, false);
     mmio_write32(f, t + 12, 0);
-    g_assert_true(f->kvm.irqfd_bound[24]);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, efd);
     cfg_write(f, 3, PCI_BASE_ADDRESS_0, 4, 0xd0000000);
     cfg_write(f, 3, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
     cfg_write(f, 3, PCI_INTERRUPT_LINE, 1, 0x55);
-    iobus_write(f->pio, 0xcf8, 4, 0x80001800);
+    iobus_write(f->pf.pio, 0xcf8, 4, 0x80001800);
     td_resets = 0;
-    pci_bus_reset(f->bus);
+    pci_bus_reset(f->pf.bus);
     /* The conf1 address latch is cleared too. */
-    iobus_read(f->pio, 0xcf8, 4, &v);
+    iobus_read(f->pf.pio, 0xcf8, 4, &v);
     g_assert_cmphex(v, ==, 0);
     g_assert_cmpint(td_resets, ==, 1);
     /* The device's own reset ran while the guest's header was still in place. */
@@ -513,18 +431,18 @@ static void test_bus_reset(Fixture *f, gconstpointer data)
     g_assert_cmphex(cfg_read(f, 3, PCI_BASE_ADDRESS_0, 4), ==, bar0);
     g_assert_cmphex(cfg_read(f, 3, PCI_COMMAND, 2), ==, cmd);
     g_assert_cmphex(cfg_read(f, 3, PCI_INTERRUPT_LINE, 1), ==, pci_intx_gsi(&f->dev.pci));
-    g_assert_true(iobus_read(f->mmio, bar0 + 0x10, 4, &v));
-    g_assert_false(iobus_read(f->mmio, 0xd0000010, 4, &v));
+    g_assert_true(iobus_read(f->pf.mmio, bar0 + 0x10, 4, &v));
+    g_assert_false(iobus_read(f->pf.mmio, 0xd0000010, 4, &v));
     g_assert_false(msix_enabled(&f->dev.pci));
-    g_assert_false(f->kvm.irqfd_bound[24]);
-    g_assert_cmpint(f->kvm.routes_removed, ==, 1);
+    g_assert_cmpint(f->pf.kvm.irqfd[PCIFIX_FIRST_GSI], ==, -1);
+    g_assert_cmpint(f->pf.kvm.routes_removed, ==, 1);
     g_assert_cmphex(mmio_read32(f, t + 12), ==, 1);
     /* A second reset in a row is harmless; a later unmask builds a new route. */
-    pci_bus_reset(f->bus);
+    pci_bus_reset(f->pf.bus);
     mmio_write32(f, t + 0, 0xfee00000);
     msix_enable(f, true, false);
     mmio_write32(f, t + 12, 0);
-    g_assert_true(f->kvm.irqfd_bound[f->kvm.next_gsi - 1]);
+    g_assert_cmpint(f->pf.kvm.irqfd[f->pf.kvm.next_gsi - 1], ==, efd);
     msix_set_notifier(&f->dev.pci, 0, -1);
     close(efd);
 }

@@ -2,8 +2,8 @@
 #include <glib.h>
 #include <string.h>
 
-#include "vblk/ports.h"
-#include "vblk/serial.h"
+#include "vmm/ports.h"
+#include "vmm/serial.h"
 
 typedef struct Sink {
     GString *out;

@@ -1,0 +1,139 @@
+/*
+ * virtio-blk data plane: a device's queues served by an iothread.
+ *
+ * The guest's kick arrives on a host notifier (an eventfd the VMM registers
+ * as KVM_IOEVENTFD; in tests, the test driver's kick eventfd) watched by the
+ * iothread's loop. The iothread pops every available request through the
+ * shared request engine (virtio/virtio-blk.h), submits them to the IOQ
+ * (libaio / io_uring / null) in one syscall per batch, and on completion
+ * writes status, publishes the used ring and signals the queue's
+ * GuestNotifier (virtio/guest-notifier.h: the transport's irqfd, plus ISR
+ * for virtio-pci) once per batch when EVENT_IDX or
+ * VRING_AVAIL_F_NO_INTERRUPT allow it. No global lock and no allocation on
+ * that path.
+ *
+ * Lifecycle (all from one control thread, the main loop in the VMM):
+ *   dataplane_create()  IOQ, per-queue request slots, counters
+ *   dataplane_start()   takes the queues: executor switched to the
+ *                       dataplane, notifiers attached inside the iothread,
+ *                       one pass over each queue (the "kick once")
+ *   dataplane_stop()    inside the iothread: detach notifiers, test-and-clear
+ *                       them, wait for all in-flight I/O, publish the used
+ *                       ring; the queues (ring state included) are then the
+ *                       caller's again, to continue exactly where the
+ *                       dataplane stopped
+ *   dataplane_destroy() stop if needed, free
+ *
+ * "Context: control thread" functions assert (unless NDEBUG) that they do
+ * not run in the iothread; the iothread's handlers assert that the queues
+ * are bound to it (between start and stop), and the IOQ's entry points that
+ * it is the IOQ thread (ioq_bind_thread()).
+ */
+#ifndef VBLK_DATAPLANE_H
+#define VBLK_DATAPLANE_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/block-acct.h"
+#include "util/block-throttle.h"
+#include "event/event.h"
+#include "ioq/ioq.h"
+#include "virtio/virtio-blk.h"
+
+#define DATAPLANE_MAX_QUEUES VIRTIO_BLK_MAX_QUEUES
+
+typedef struct DataPlane DataPlane;
+
+typedef struct DataPlaneConf {
+    VirtIOBlk *blk;      /* the device (borrowed) */
+    IOThread *iothread;  /* borrowed; several devices may share one */
+    IOQConfig ioq;       /* backend: engine, fd, O_DIRECT, alignment */
+    unsigned num_queues; /* 1..DATAPLANE_MAX_QUEUES */
+    unsigned queue_size; /* slots per queue (the largest queue size in use) */
+    bool no_flush;       /* cache.no-flush: flushes complete without reaching the disk */
+} DataPlaneConf;
+
+/* One queue handed to dataplane_start(). */
+typedef struct DataPlaneQueue {
+    VirtIOBlkQueue *q;      /* owned by the caller; the dataplane borrows it */
+    int host_notifier;      /* eventfd the guest's kick writes (read by the iothread) */
+    GuestNotifier notifier; /* interrupts the guest (the transport's; copied) */
+} DataPlaneQueue;
+
+/*
+ * Counters of one queue. Written by the iothread only, read from any thread
+ * with relaxed loads (values may be a few requests apart from each other).
+ * Stage times are in TSC cycles, summed over all requests or batches.
+ */
+typedef struct DataPlaneQueueStats {
+    uint64_t requests;        /* chains popped */
+    uint64_t completed;       /* requests completed */
+    uint64_t batches;         /* handle_queue passes that popped >= 1 chain */
+    uint64_t kicks;           /* host notifier wakeups */
+    uint64_t irqs;            /* guest notifier writes */
+    uint64_t irqs_suppressed; /* completion batches with no interrupt needed */
+    uint64_t inflight;        /* handed to the IOQ, not completed */
+    uint64_t throttle_waits;  /* times the queue stopped for the throttle timer */
+    uint64_t cycles_pop;      /* pop + parse + enqueue */
+    uint64_t cycles_submit;   /* ioq_submit (the syscall) */
+    uint64_t cycles_complete; /* reaping completions + status/used writes */
+    uint64_t cycles_notify;   /* used idx publish + interrupt decision + irqfd write */
+} DataPlaneQueueStats;
+
+/* Context: control thread */
+DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp);
+
+/*
+ * Start serving @queues (count must be conf.num_queues). No request may be in
+ * flight on them. Idempotent: starting a started dataplane returns true.
+ * Context: control thread (not the iothread)
+ */
+bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GError **errp);
+
+/*
+ * Stop serving the queues and wait for every in-flight request. Afterwards
+ * the queues have no executor (set one before processing them again) and
+ * their ring state continues where the dataplane left off. Idempotent.
+ * Context: control thread (not the iothread)
+ */
+void dataplane_stop(DataPlane *dp);
+
+/* Wait until no request is in flight (the dataplane keeps running). */
+/* Context: control thread */
+void dataplane_drain(DataPlane *dp);
+
+/* Stop if started, then free. NULL is ignored. Context: control thread */
+void dataplane_destroy(DataPlane *dp);
+
+/* Context: any thread */
+bool dataplane_is_started(DataPlane *dp);
+/* Context: any thread */
+void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats *st);
+/* Context: any thread. The IOQ's counters (bounces, retries, batches). */
+void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
+
+/*
+ * Accounting: one shard per queue (@n = num_queues), written by the iothread,
+ * for blk_acct_attach_shards() (query-blockstats). Each request is counted
+ * once at completion (a writethrough write with its flush as one write);
+ * requests the engine refused (range, alignment) and IOQ refusals count as
+ * invalid, I/O errors as failed. Without a histogram until attached.
+ * Context: control thread
+ */
+BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n);
+
+/*
+ * Throttling: the drive's bucket state, levels included (block-throttle.h).
+ * Set replaces limits and levels and re-times throttled queues at once; on a
+ * started dataplane both run inside the iothread (synchronously). Reads,
+ * writes, write-zeroes and discards are throttled, flushes are not. A
+ * throttled queue is not popped until a timer in the iothread's loop says
+ * the buckets have room; its request stays in the avail ring meanwhile.
+ * Context: control thread (not the iothread)
+ */
+void dataplane_set_throttle_state(DataPlane *dp, const ThrottleState *ts);
+void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts);
+
+#endif /* VBLK_DATAPLANE_H */

@@ -1,0 +1,49 @@
+/*
+ * The process's named iothreads: each `-object iothread,id=X` that a device
+ * uses, and the thread of its own that a device without iothread= gets.
+ * Devices naming the same id share one IOThread. query-iothreads lists them
+ * (src/event/iothread-qmp.c).
+ *
+ * Context: main thread (BQL held) for all of it.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef VBLK_EVENT_IOTHREAD_REGISTRY_H
+#define VBLK_EVENT_IOTHREAD_REGISTRY_H
+
+#include <glib.h>
+#include <stdint.h>
+
+#include "event/event.h"
+
+/* QEMU's -object iothread default: adaptive polling up to 32 us. */
+#define IOTHREAD_POLL_MAX_NS_DEFAULT 32768
+
+/* -object iothread's polling properties (QEMU's names and meaning). */
+typedef struct IOThreadParams {
+    int64_t poll_max_ns; /* 0: no polling */
+    int64_t poll_grow;   /* 0: the default factor (2) */
+    int64_t poll_shrink; /* 0: back to 0 at once */
+} IOThreadParams;
+
+/* QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0. */
+void iothread_params_init(IOThreadParams *p);
+
+/*
+ * The iothread named @id: started with @params (NULL: the defaults) on the
+ * first call, the same thread (its parameters unchanged) afterwards. The
+ * first iothread also registers query-iothreads (QMP must be set up).
+ * NULL with @errp set if the thread cannot start.
+ */
+IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GError **errp);
+
+typedef void IOThreadRegistryFn(const char *id, IOThread *t, const IOThreadParams *params,
+                                void *opaque);
+/* Every iothread started so far, in the order they started. */
+void iothread_registry_foreach(IOThreadRegistryFn *fn, void *opaque);
+/* How many there are. */
+unsigned iothread_registry_count(void);
+/* Stop and free them all (machine teardown); the registry is empty again. */
+void iothread_registry_clear(void);
+
+#endif /* VBLK_EVENT_IOTHREAD_REGISTRY_H */

@@ -1,0 +1,475 @@
+/*
+ * The "nbd" protocol driver: a disk exported by an NBD server, through the
+ * IOQ's "nbd" engine (libnbd's asynchronous API; include/ioq/ioq.h).
+ *
+ * Options, as QEMU's: server.type=inet with server.host and server.port, or
+ * server.type=unix with server.path; export; reconnect-delay (seconds the
+ * requests of a lost connection wait for a new one). "filename" takes the
+ * URI forms instead: nbd://HOST[:PORT][/EXPORT], nbd+tcp://..., and
+ * nbd+unix:///EXPORT?socket=PATH. query-block shows the URI QEMU prints.
+ *
+ * Requests go to the IOQ from a bottom half, as file-io.c does, and its
+ * epoll fd is watched by the node's loop. The dataplane does not share this
+ * connection: it opens its own from blk_get_host_info() (the server must
+ * accept two clients; qemu-nbd needs --shared=2 or more).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "block-int.h"
+#include "ioq/ioq.h"
+#include "util/error-report.h"
+
+#define NBD_DEFAULT_PORT "10809"
+#define NBD_BOUNCE_POOL  (8u << 20)
+
+typedef struct NbdState {
+    BlockNode *bs;
+    char *uri; /* QEMU's filename for the node */
+    char *host, *port, *path, *export_name;
+    uint64_t reconnect_delay;
+    IOQ *ioq;
+    IOQRemoteInfo info;
+    EventBH *submit_bh;
+    GQueue pending; /* NbdReq* waiting for submit_bh */
+    bool fd_watched;
+    unsigned inflight;
+} NbdState;
+
+typedef struct NbdReq {
+    IOQReq ioreq;
+    NbdState *s;
+    BlockNodeReq *req;
+} NbdReq;
+
+/* ---- options ---- */
+
+/* nbd://, nbd+tcp://, nbd+unix:// into server.* and export, as QEMU reads them. */
+static bool parse_uri(NbdState *s, const char *uri, GError **errp)
+{
+    g_autoptr(GError) err = NULL;
+    g_autoptr(GUri) u = g_uri_parse(uri, G_URI_FLAGS_ENCODED_PATH, &err);
+    g_autoptr(GHashTable) params = NULL;
+    const char *scheme, *path, *query;
+    bool is_unix;
+
+    if (!u) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid URI '%s': %s", uri, err->message);
+        return false;
+    }
+    scheme = g_uri_get_scheme(u);
+    if (strcmp(scheme, "nbd") && strcmp(scheme, "nbd+tcp") && strcmp(scheme, "nbd+unix")) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid scheme '%s' in '%s'", scheme, uri);
+        return false;
+    }
+    is_unix = !strcmp(scheme, "nbd+unix");
+    path = g_uri_get_path(u);
+    query = g_uri_get_query(u);
+    if (query) {
+        params = g_uri_parse_params(query, -1, "&", G_URI_PARAMS_NONE, NULL);
+        if (!params) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid query in '%s'", uri);
+            return false;
+        }
+    }
+    if (path && path[0] == '/' && path[1]) {
+        s->export_name = g_uri_unescape_string(path + 1, NULL);
+        if (!s->export_name) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid export name in '%s'", uri);
+            return false;
+        }
+    }
+    if (is_unix) {
+        const char *sock = params ? g_hash_table_lookup(params, "socket") : NULL;
+
+        if (g_uri_get_host(u) && *g_uri_get_host(u)) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL, "nbd+unix URIs take no host: '%s'", uri);
+            return false;
+        }
+        if (!sock || !*sock || g_hash_table_size(params) != 1) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL,
+                        "nbd+unix URIs need exactly one parameter, socket=PATH: '%s'", uri);
+            return false;
+        }
+        s->path = g_strdup(sock);
+        return true;
+    }
+    if (params || !g_uri_get_host(u) || !*g_uri_get_host(u)) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "nbd URIs need a host and take no query: '%s'",
+                    uri);
+        return false;
+    }
+    s->host = g_strdup(g_uri_get_host(u));
+    s->port = g_uri_get_port(u) > 0 ? g_strdup_printf("%d", g_uri_get_port(u))
+                                     : g_strdup(NBD_DEFAULT_PORT);
+    return true;
+}
+
+static bool parse_server(NbdState *s, BlockOpts *opts, GError **errp)
+{
+    const char *type = block_opts_get(opts, "server.type");
+    const char *host = block_opts_get(opts, "server.host");
+    const char *port = block_opts_get(opts, "server.port");
+    const char *path = block_opts_get(opts, "server.path");
+    const char *exp = block_opts_get(opts, "export");
+    const char *fn = block_opts_get(opts, "filename");
+
+    if (fn) {
+        if (type || host || port || path || exp) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL,
+                        "No server or export may be given with a URI filename");
+            return false;
+        }
+        return parse_uri(s, fn, errp);
+    }
+    if (!type) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'server.type' is missing");
+        return false;
+    }
+    s->export_name = g_strdup(exp);
+    if (!strcmp(type, "unix")) {
+        if (!path || !*path) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'server.path' is missing");
+            return false;
+        }
+        if (host || port) {
+            g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid parameter 'server.%s'",
+                        host ? "host" : "port");
+            return false;
+        }
+        s->path = g_strdup(path);
+        return true;
+    }
+    if (strcmp(type, "inet")) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL,
+                    "Parameter 'server.type' does not accept value '%s' (inet or unix)", type);
+        return false;
+    }
+    if (!host || !*host) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'server.host' is missing");
+        return false;
+    }
+    if (!port || !*port) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Parameter 'server.port' is missing");
+        return false;
+    }
+    if (path) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "Invalid parameter 'server.path'");
+        return false;
+    }
+    s->host = g_strdup(host);
+    s->port = g_strdup(port);
+    return true;
+}
+
+/* QEMU's filename for the node: the URI that reaches the same export. */
+static char *make_uri(const NbdState *s)
+{
+    g_autofree char *exp =
+        s->export_name ? g_uri_escape_string(s->export_name, "/", false) : NULL;
+
+    if (s->path) {
+        return exp && *exp ? g_strdup_printf("nbd+unix:///%s?socket=%s", exp, s->path)
+                           : g_strdup_printf("nbd+unix://?socket=%s", s->path);
+    }
+    if (strchr(s->host, ':')) {
+        return exp && *exp ? g_strdup_printf("nbd://[%s]:%s/%s", s->host, s->port, exp)
+                           : g_strdup_printf("nbd://[%s]:%s", s->host, s->port);
+    }
+    return exp && *exp ? g_strdup_printf("nbd://%s:%s/%s", s->host, s->port, exp)
+                       : g_strdup_printf("nbd://%s:%s", s->host, s->port);
+}
+
+static void nbd_state_free(NbdState *s)
+{
+    if (s->ioq) {
+        ioq_free(s->ioq);
+    }
+    g_free(s->uri);
+    g_free(s->host);
+    g_free(s->port);
+    g_free(s->path);
+    g_free(s->export_name);
+    g_free(s);
+}
+
+static bool nbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
+{
+    NbdState *s = g_new0(NbdState, 1);
+    IOQConfig cfg = {.engine = "nbd", .fd = -1, .bounce_pool_size = NBD_BOUNCE_POOL};
+    GError *err = NULL;
+
+    s->bs = bs;
+    g_queue_init(&s->pending);
+    if (block_opts_get(opts, "tls-creds") || block_opts_get(opts, "tls-hostname")) {
+        g_set_error(errp, BLOCK_ERROR, ENOTSUP, "TLS is not supported by vblk's nbd driver");
+        goto fail;
+    }
+    if (block_opts_get(opts, "x-dirty-bitmap")) {
+        g_set_error(errp, BLOCK_ERROR, ENOTSUP, "x-dirty-bitmap is not supported");
+        goto fail;
+    }
+    if (!parse_server(s, opts, errp) ||
+        !block_opts_get_size(opts, "reconnect-delay", 0, &s->reconnect_delay, errp)) {
+        goto fail;
+    }
+    if (s->reconnect_delay > 3600) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "reconnect-delay must be at most 3600 seconds");
+        goto fail;
+    }
+    s->uri = make_uri(s);
+    cfg.nbd = (IOQNbdConfig){.host = s->host,
+                             .port = s->port,
+                             .socket = s->path,
+                             .export_name = s->export_name,
+                             .reconnect_delay_s = s->reconnect_delay};
+    s->ioq = ioq_new(&cfg, &err);
+    if (!s->ioq) {
+        g_set_error(errp, BLOCK_ERROR, EIO, "%s", err->message);
+        g_error_free(err);
+        goto fail;
+    }
+    ioq_get_remote_info(s->ioq, &s->info);
+    if (s->info.read_only && !bs->read_only) {
+        g_set_error(errp, BLOCK_ERROR, EACCES,
+                    "The NBD export %s is read-only; use read-only=on", s->uri);
+        goto fail;
+    }
+    if (s->info.size > INT64_MAX) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "The NBD export %s has an invalid size", s->uri);
+        goto fail;
+    }
+    bs->request_alignment = s->info.min_block;
+    bs->opaque = s;
+    return true;
+
+fail:
+    nbd_state_free(s);
+    return false;
+}
+
+static void nbd_close_node(BlockNode *bs)
+{
+    NbdState *s = bs->opaque;
+
+    if (s) {
+        nbd_state_free(s);
+        bs->opaque = NULL;
+    }
+}
+
+static int64_t nbd_getlength(BlockNode *bs)
+{
+    return (int64_t)((NbdState *)bs->opaque)->info.size;
+}
+
+static bool nbd_truncate(BlockNode *bs, uint64_t size, GError **errp)
+{
+    NbdState *s = bs->opaque;
+
+    if (size == s->info.size) {
+        return true;
+    }
+    g_set_error(errp, BLOCK_ERROR, ENOTSUP,
+                size > s->info.size ? "Cannot grow NBD nodes" : "Cannot resize NBD nodes");
+    return false;
+}
+
+/* ---- requests ---- */
+
+static void nbd_req_done(IOQReq *ior, int ret)
+{
+    NbdReq *nr = ior->opaque;
+    BlockNodeReq *r = nr->req;
+
+    nr->s->inflight--;
+    g_free(nr);
+    r->cb(r, ret);
+}
+
+static const IOQOp ioq_ops[] = {
+    [BLOCK_OP_READ] = IOQ_OP_READ,
+    [BLOCK_OP_WRITE] = IOQ_OP_WRITE,
+    [BLOCK_OP_FLUSH] = IOQ_OP_FLUSH,
+    [BLOCK_OP_DISCARD] = IOQ_OP_DISCARD,
+    [BLOCK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
+};
+
+static bool is_write_op(BlockOp op)
+{
+    return op == BLOCK_OP_WRITE || op == BLOCK_OP_WRITE_ZEROES;
+}
+
+static void enqueue_one(NbdState *s, NbdReq *nr)
+{
+    BlockNodeReq *r = nr->req;
+    IOQReq *ior = &nr->ioreq;
+    int ret;
+
+    ior->op = ioq_ops[r->op];
+    ior->offset = r->offset;
+    ior->len = r->op == BLOCK_OP_FLUSH ? 0 : r->bytes;
+    ior->iov = r->iov;
+    ior->niov = r->niov;
+    ior->may_unmap = (r->flags & BLK_REQ_MAY_UNMAP) != 0;
+    /* writethrough: the IOQ flushes after the write, before completing it */
+    ior->flags =
+        (r->flags & BLK_REQ_FUA) && !s->bs->no_flush && is_write_op(r->op) ? IOQ_REQ_FUA : 0;
+    ior->cb = nbd_req_done;
+    ior->opaque = nr;
+    ret = ioq_enqueue(s->ioq, ior);
+    if (ret < 0) {
+        s->inflight--;
+        g_free(nr);
+        bdrv_complete_later(s->bs, r, ret);
+    }
+}
+
+/* One ioq_submit() per loop iteration; never from inside a completion (see file-io.c). */
+static void submit_bh_cb(void *opaque)
+{
+    NbdState *s = opaque;
+    NbdReq *nr;
+
+    while ((nr = g_queue_pop_head(&s->pending))) {
+        enqueue_one(s, nr);
+    }
+    ioq_submit(s->ioq);
+}
+
+static void count_op(BlockNode *bs, BlockNodeReq *req)
+{
+    switch (req->op) {
+    case BLOCK_OP_READ:
+        bs->stats.reads++;
+        break;
+    case BLOCK_OP_WRITE:
+        bs->stats.writes++;
+        break;
+    case BLOCK_OP_FLUSH:
+        bs->stats.flushes++;
+        break;
+    case BLOCK_OP_DISCARD:
+        bs->stats.discards++;
+        bs->stats.discard_bytes += req->bytes;
+        break;
+    case BLOCK_OP_WRITE_ZEROES:
+        bs->stats.write_zeroes++;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Context: loop thread */
+static void nbd_submit(BlockNode *bs, BlockNodeReq *req)
+{
+    NbdState *s = bs->opaque;
+    NbdReq *nr;
+
+    if (req->op >= BLOCK_OP__MAX) {
+        bdrv_complete_later(bs, req, -EINVAL);
+        return;
+    }
+    if (req->op == BLOCK_OP_FLUSH && bs->no_flush) {
+        bs->stats.flushes_skipped++;
+        bdrv_complete_later(bs, req, 0);
+        return;
+    }
+    count_op(bs, req);
+    nr = g_new0(NbdReq, 1);
+    nr->s = s;
+    nr->req = req;
+    s->inflight++;
+    g_queue_push_tail(&s->pending, nr);
+    event_bh_schedule(s->submit_bh);
+}
+
+static void nbd_fd_read(void *opaque)
+{
+    NbdState *s = opaque;
+
+    ioq_clear_fd(s->ioq);
+    ioq_process_completions(s->ioq);
+}
+
+/* Context: main loop */
+static void nbd_attach(BlockNode *bs)
+{
+    NbdState *s = bs->opaque;
+    EventFdOps ops = {.read = nbd_fd_read};
+    GError *err = NULL;
+
+    s->submit_bh = event_bh_new(bs->loop, submit_bh_cb, s);
+    if (!event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), &ops, s, &err)) {
+        error_report_id(s->uri, "cannot watch the NBD connection: %s", err->message);
+        g_error_free(err);
+        return;
+    }
+    s->fd_watched = true;
+}
+
+/* Context: main loop; drained. Safe if never attached. */
+static void nbd_detach(BlockNode *bs)
+{
+    NbdState *s = bs->opaque;
+
+    if (!s) {
+        return;
+    }
+    if (s->fd_watched) {
+        event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), NULL, NULL, NULL);
+        s->fd_watched = false;
+    }
+    if (s->submit_bh) {
+        event_bh_delete(s->submit_bh);
+        s->submit_bh = NULL;
+    }
+}
+
+static unsigned nbd_inflight(BlockNode *bs)
+{
+    return ((NbdState *)bs->opaque)->inflight;
+}
+
+/* Context: loop thread */
+const char *blk_nbd_node_filename(BlockNode *bs)
+{
+    return bs->drv == &bdrv_nbd ? ((NbdState *)bs->opaque)->uri : NULL;
+}
+
+/* Context: loop thread */
+bool blk_nbd_node_host_info(BlockNode *bs, BlockHostInfo *info)
+{
+    const NbdState *s = bs->opaque;
+
+    if (bs->drv != &bdrv_nbd) {
+        return false;
+    }
+    info->nbd = true;
+    info->filename = s->uri;
+    info->direct = bs->direct;
+    info->nbd_host = s->host;
+    info->nbd_port = s->port;
+    info->nbd_socket = s->path;
+    info->nbd_export = s->export_name;
+    info->nbd_reconnect_delay = s->reconnect_delay;
+    if (s->info.min_block > 512) {
+        info->not_passthrough = "an NBD export with blocks larger than 512 bytes";
+    }
+    return true;
+}
+
+const BlockDriver bdrv_nbd = {
+    .name = "nbd",
+    .open = nbd_open,
+    .close = nbd_close_node,
+    .submit = nbd_submit,
+    .getlength = nbd_getlength,
+    .truncate = nbd_truncate,
+    .attach_loop = nbd_attach,
+    .detach_loop = nbd_detach,
+    .inflight = nbd_inflight,
+};

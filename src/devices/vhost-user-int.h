@@ -1,0 +1,186 @@
+/*
+ * vhost-user back end: the protocol half of a vhost-user device export
+ * (docs/vhost-user.md). One VhostUser serves one connection at a time: it
+ * frames and validates every message of the front end (which is as
+ * untrusted as a guest), keeps the memory table (regions mmapped from the
+ * front end's fds) and the ring state, and tells the device model when to
+ * start and stop serving rings. It knows nothing of virtio-blk, the
+ * dataplane or sockets' origin (listen/accept is the export's job).
+ *
+ * A bad message ends the connection: vhost_user_conn_read() reports one line
+ * naming the export and the message and returns false; the caller then
+ * calls vhost_user_detach(), which stops the device and releases every fd
+ * and mapping, and may accept the next connection.
+ *
+ * Context: every function runs in the export's control thread (the main
+ * loop); the device's queues run wherever the device puts them.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef VBLK_VHOST_USER_INT_H
+#define VBLK_VHOST_USER_INT_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "virtio/guestmem.h"
+
+#define VHOST_USER_MAX_QUEUES    64
+#define VHOST_USER_MAX_RING_SIZE 1024
+#define VHOST_USER_MAX_MEM_SLOTS 32 /* GET_MAX_MEM_SLOTS; SET_MEM_TABLE carries at most 8 */
+#define VHOST_USER_MAX_CONFIG    256
+/* GET/SET_CONFIG offsets from here on are taken relative to it (cloud-hypervisor's). */
+#define VHOST_USER_CONFIG_ALT_BASE 0x100
+
+/* Requests (front end to back end). */
+enum {
+    VHOST_USER_NONE = 0,
+    VHOST_USER_GET_FEATURES = 1,
+    VHOST_USER_SET_FEATURES = 2,
+    VHOST_USER_SET_OWNER = 3,
+    VHOST_USER_RESET_OWNER = 4,
+    VHOST_USER_SET_MEM_TABLE = 5,
+    VHOST_USER_SET_LOG_BASE = 6,
+    VHOST_USER_SET_LOG_FD = 7,
+    VHOST_USER_SET_VRING_NUM = 8,
+    VHOST_USER_SET_VRING_ADDR = 9,
+    VHOST_USER_SET_VRING_BASE = 10,
+    VHOST_USER_GET_VRING_BASE = 11,
+    VHOST_USER_SET_VRING_KICK = 12,
+    VHOST_USER_SET_VRING_CALL = 13,
+    VHOST_USER_SET_VRING_ERR = 14,
+    VHOST_USER_GET_PROTOCOL_FEATURES = 15,
+    VHOST_USER_SET_PROTOCOL_FEATURES = 16,
+    VHOST_USER_GET_QUEUE_NUM = 17,
+    VHOST_USER_SET_VRING_ENABLE = 18,
+    VHOST_USER_GET_CONFIG = 24,
+    VHOST_USER_SET_CONFIG = 25,
+    VHOST_USER_GET_MAX_MEM_SLOTS = 36,
+    VHOST_USER_ADD_MEM_REG = 37,
+    VHOST_USER_REM_MEM_REG = 38,
+    VHOST_USER_REQ_MAX = 41,
+};
+
+/* Header flags. */
+#define VHOST_USER_VERSION         1u
+#define VHOST_USER_VERSION_MASK    3u
+#define VHOST_USER_FLAG_REPLY      (1u << 2)
+#define VHOST_USER_FLAG_NEED_REPLY (1u << 3)
+
+/* Virtio feature bit 30: GET/SET_PROTOCOL_FEATURES exist; rings wait for SET_VRING_ENABLE. */
+#define VHOST_USER_F_PROTOCOL_FEATURES 30
+
+/* Protocol features. */
+#define VHOST_USER_PROTOCOL_F_MQ                  0
+#define VHOST_USER_PROTOCOL_F_REPLY_ACK           3
+#define VHOST_USER_PROTOCOL_F_CONFIG              9
+#define VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS 15
+
+/* u64 payload of SET_VRING_KICK/CALL/ERR: ring index and "no fd". */
+#define VHOST_USER_VRING_IDX_MASK 0xffu
+#define VHOST_USER_VRING_NOFD     (1u << 8)
+
+typedef struct VhostUserHdr {
+    uint32_t request;
+    uint32_t flags;
+    uint32_t size;
+} __attribute__((packed)) VhostUserHdr;
+
+typedef struct VhostUserVringState {
+    uint32_t index;
+    uint32_t num;
+} VhostUserVringState;
+
+typedef struct VhostUserVringAddr {
+    uint32_t index;
+    uint32_t flags;
+    uint64_t desc;
+    uint64_t used;
+    uint64_t avail;
+    uint64_t log;
+} VhostUserVringAddr;
+
+typedef struct VhostUserMemRegion {
+    uint64_t gpa;
+    uint64_t size;
+    uint64_t uva;
+    uint64_t mmap_offset;
+} VhostUserMemRegion;
+
+typedef struct VhostUserConfigHdr {
+    uint32_t offset;
+    uint32_t size;
+    uint32_t flags;
+} VhostUserConfigHdr;
+
+#define VHOST_USER_MEM_TABLE_MAX 8
+#define VHOST_USER_MAX_FDS       8
+/* Largest payload of any request we handle (GET/SET_CONFIG). */
+#define VHOST_USER_MAX_PAYLOAD (sizeof(VhostUserConfigHdr) + VHOST_USER_MAX_CONFIG)
+
+/* One ring as the device serves it (guest-physical ring addresses). */
+typedef struct VhostUserRing {
+    unsigned num;
+    uint64_t desc_gpa, avail_gpa, used_gpa;
+    uint16_t last_avail_idx; /* where to continue (SET_VRING_BASE or the last stop) */
+    int kick_fd;             /* the front end's kick eventfd (the device reads it) */
+    int call_fd;             /* the front end's call eventfd, or -1 (no interrupts) */
+} VhostUserRing;
+
+/* What the device model provides. Context: the control thread. */
+typedef struct VhostUserDevOps {
+    /* Virtio feature bits offered (bit 30 is added by the protocol layer). */
+    uint64_t (*features)(void *opaque);
+    /* The front end's choice (a subset of features(), bit 30 removed). */
+    bool (*set_features)(void *opaque, uint64_t features, GError **errp);
+    /* Bytes of config space (<= VHOST_USER_MAX_CONFIG); fill @buf with all of it. */
+    uint32_t (*config_size)(void *opaque);
+    void (*get_config)(void *opaque, uint8_t *buf);
+    /* A config write the protocol layer found in range; the device decides. */
+    bool (*set_config)(void *opaque, uint32_t offset, const uint8_t *data, uint32_t len,
+                       GError **errp);
+    /* Serve rings 0..n-1 (fds borrowed until stop). */
+    bool (*start)(void *opaque, const GuestMem *gm, const VhostUserRing *rings, unsigned n,
+                  GError **errp);
+    /* Stop serving and wait for in-flight requests; next avail index of each ring into @last_avail.
+     */
+    void (*stop)(void *opaque, uint16_t *last_avail, unsigned n);
+    /* The connection ended: forget negotiated state (device reset). */
+    void (*reset)(void *opaque);
+} VhostUserDevOps;
+
+typedef struct VhostUser VhostUser;
+
+/* @id names the export in messages (borrowed, must outlive the VhostUser). */
+VhostUser *vhost_user_new(const char *id, unsigned num_queues, const VhostUserDevOps *ops,
+                          void *opaque);
+/* Detach (if connected), then free. NULL is ignored. */
+void vhost_user_free(VhostUser *vu);
+
+/* Serve the connected socket @fd (taken over; closed at detach). */
+void vhost_user_attach(VhostUser *vu, int fd);
+/* The connection's fd, or -1. */
+int vhost_user_conn_fd(const VhostUser *vu);
+/*
+ * Read what the socket has without blocking and handle every complete
+ * message. Returns false when the connection must end (EOF, socket error, or
+ * a bad message, which is reported).
+ */
+bool vhost_user_conn_read(VhostUser *vu);
+/* End the connection: stop the device, unmap memory, close every fd, reset. */
+void vhost_user_detach(VhostUser *vu);
+
+/* Counters (tests, query-block-exports). */
+typedef struct VhostUserStats {
+    uint64_t messages;    /* handled */
+    uint64_t connections; /* attached */
+    uint64_t bad;         /* connections dropped for a bad message */
+    unsigned running;     /* rings the device serves now */
+} VhostUserStats;
+void vhost_user_get_stats(const VhostUser *vu, VhostUserStats *st);
+
+/* Name of request @req for messages ("VHOST_USER_SET_MEM_TABLE"), or NULL. */
+const char *vhost_user_request_name(uint32_t req);
+
+#endif /* VBLK_VHOST_USER_INT_H */

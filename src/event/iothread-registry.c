@@ -1,0 +1,88 @@
+/*
+ * The named iothreads (include/event/iothread-registry.h).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <string.h>
+
+#include "event/iothread-registry.h"
+#include "iothread-qmp.h"
+
+typedef struct RegisteredIOThread {
+    char *id;
+    IOThread *thread;
+    IOThreadParams params;
+} RegisteredIOThread;
+
+static GPtrArray *registry; /* RegisteredIOThread*, in start order */
+
+static void registered_free(gpointer p)
+{
+    RegisteredIOThread *r = p;
+
+    iothread_free(r->thread);
+    g_free(r->id);
+    g_free(r);
+}
+
+/* Context: main thread */
+void iothread_params_init(IOThreadParams *p)
+{
+    *p = (IOThreadParams){.poll_max_ns = IOTHREAD_POLL_MAX_NS_DEFAULT};
+}
+
+/* Context: main thread */
+IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GError **errp)
+{
+    RegisteredIOThread *r;
+    IOThread *t;
+
+    for (guint i = 0; registry && i < registry->len; i++) {
+        r = registry->pdata[i];
+        if (!strcmp(r->id, id)) {
+            return r->thread;
+        }
+    }
+    t = iothread_new(id, errp);
+    if (!t) {
+        return NULL;
+    }
+    r = g_new0(RegisteredIOThread, 1);
+    r->id = g_strdup(id);
+    r->thread = t;
+    if (params) {
+        r->params = *params;
+    } else {
+        iothread_params_init(&r->params);
+    }
+    event_loop_set_poll_params(iothread_get_loop(t), r->params.poll_max_ns, r->params.poll_grow,
+                               r->params.poll_shrink);
+    if (!registry) {
+        registry = g_ptr_array_new_with_free_func(registered_free);
+    }
+    g_ptr_array_add(registry, r);
+    iothread_qmp_register();
+    return t;
+}
+
+/* Context: main thread */
+void iothread_registry_foreach(IOThreadRegistryFn *fn, void *opaque)
+{
+    for (guint i = 0; registry && i < registry->len; i++) {
+        RegisteredIOThread *r = registry->pdata[i];
+
+        fn(r->id, r->thread, &r->params, opaque);
+    }
+}
+
+/* Context: main thread */
+unsigned iothread_registry_count(void)
+{
+    return registry ? registry->len : 0;
+}
+
+/* Context: main thread */
+void iothread_registry_clear(void)
+{
+    g_clear_pointer(&registry, g_ptr_array_unref);
+}

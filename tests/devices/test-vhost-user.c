@@ -1,0 +1,1421 @@
+/*
+ * vblk-storage-daemon's vhost-user-blk export, driven by an in-process
+ * vhost-user front end: the test driver's memfd RAM and eventfds
+ * (tests/driver), the handshake in QEMU 7.2's order, real virtio-blk I/O
+ * checked against the backing file, hostile messages (each must drop the
+ * connection with one error line naming the export and the message, and the
+ * daemon must then serve a new connection), and the same session against
+ * Debian's qemu-storage-daemon when it is installed (cross-check).
+ *
+ * Ring addresses are sent as front-end virtual addresses unrelated to this
+ * process's mapping (and to the GPAs), so a back end that mixes up GPA and
+ * UVA fails.
+ *
+ * Environment: VBLK_STORAGE_DAEMON (the binary; set by meson),
+ * QEMU_STORAGE_DAEMON (default /usr/bin/qemu-storage-daemon).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/virtio_blk.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_ring.h>
+
+#include "testdrv.h"
+
+/* Protocol constants (the spec's numbers, kept local: the test is the other side). */
+enum {
+    GET_FEATURES = 1,
+    SET_FEATURES = 2,
+    SET_OWNER = 3,
+    RESET_OWNER = 4,
+    SET_MEM_TABLE = 5,
+    SET_LOG_BASE = 6,
+    SET_VRING_NUM = 8,
+    SET_VRING_ADDR = 9,
+    SET_VRING_BASE = 10,
+    GET_VRING_BASE = 11,
+    SET_VRING_KICK = 12,
+    SET_VRING_CALL = 13,
+    GET_PROTOCOL_FEATURES = 15,
+    SET_PROTOCOL_FEATURES = 16,
+    GET_QUEUE_NUM = 17,
+    SET_VRING_ENABLE = 18,
+    GET_CONFIG = 24,
+    SET_CONFIG = 25,
+    GET_MAX_MEM_SLOTS = 36,
+    ADD_MEM_REG = 37,
+    REM_MEM_REG = 38,
+};
+#define F_PROTOCOL_FEATURES (1ull << 30)
+#define P_MQ                (1ull << 0)
+#define P_REPLY_ACK         (1ull << 3)
+#define P_CONFIG            (1ull << 9)
+#define P_MEM_SLOTS         (1ull << 15)
+#define NEED_REPLY          (1u << 3)
+#define FAKE_UVA            0x7e0000000000ull /* front-end addresses: not ours, not GPAs */
+#define DISK_SIZE           (16u << 20)
+#define NQ                  2
+/* QEMU 7.2's virtio-blk config space: up to and including unused1 (60 bytes). */
+#define CFG_SIZE (offsetof(struct virtio_blk_config, unused1) + 3)
+
+typedef struct Daemon {
+    GPid pid;
+    char *dir, *sock, *img, *log, *pidfile;
+    bool qsd;
+} Daemon;
+
+typedef struct Fe {
+    int s;
+    TestDrv *d;
+    TestVq *vq[NQ];
+    unsigned nq;
+    uint64_t features, host_features, proto;
+} Fe;
+
+static char *tmpdir;
+
+/* ---- daemon ---- */
+
+static const char *daemon_path(bool qsd)
+{
+    const char *p = g_getenv(qsd ? "QEMU_STORAGE_DAEMON" : "VBLK_STORAGE_DAEMON");
+
+    return p ? p : qsd ? "/usr/bin/qemu-storage-daemon" : "vblk-storage-daemon";
+}
+
+static const char *export_extra = ""; /* appended to --export (vblk only) */
+static bool with_qmp;                 /* vblk only: a null node and a QMP monitor too */
+
+static bool keep_image;               /* daemon_start: reuse the image (restart after a crash) */
+static const char *blockdev_override; /* daemon_start: this --blockdev instead of the file */
+
+static Daemon *daemon_start(bool qsd)
+{
+    Daemon *dm = g_new0(Daemon, 1);
+    g_autofree char *bd = NULL, *ex = NULL;
+    int logfd, imgfd;
+    GError *err = NULL;
+
+    dm->qsd = qsd;
+    dm->dir = g_build_filename(tmpdir, qsd ? "qsd" : "vblk", NULL);
+    g_mkdir_with_parents(dm->dir, 0700);
+    dm->sock = g_build_filename(dm->dir, "vu.sock", NULL);
+    dm->img = g_build_filename(dm->dir, "disk.img", NULL);
+    dm->log = g_build_filename(dm->dir, "stderr", NULL);
+    dm->pidfile = g_build_filename(dm->dir, "pid", NULL);
+    unlink(dm->pidfile);
+    imgfd = open(dm->img, O_RDWR | O_CREAT | (keep_image ? 0 : O_TRUNC), 0600);
+    g_assert_cmpint(imgfd, >=, 0);
+    g_assert_cmpint(ftruncate(imgfd, DISK_SIZE), ==, 0);
+    close(imgfd);
+    bd = blockdev_override ? g_strdup(blockdev_override)
+                           : g_strdup_printf("driver=file,node-name=disk,filename=%s", dm->img);
+    ex = g_strdup_printf("type=vhost-user-blk,id=exp0,node-name=disk,addr.type=unix,"
+                         "addr.path=%s,writable=on,num-queues=%d%s",
+                         dm->sock, NQ, qsd ? "" : export_extra);
+    {
+        g_autofree char *qmp =
+            g_strdup_printf("socket,id=qmp0,path=%s/qmp.sock,server=on,wait=off", dm->dir);
+        const char *argv[] = {
+            daemon_path(qsd), "--blockdev", bd,
+            "--export",       ex,           "--pidfile",
+            dm->pidfile,      "--blockdev", "driver=null-co,node-name=nul,size=1M,read-zeroes=on",
+            "--chardev",      qmp,          "--monitor",
+            "chardev=qmp0",   NULL};
+
+        if (qsd || !with_qmp) {
+            argv[7] = NULL;
+        }
+
+        logfd = open(dm->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        g_assert_cmpint(logfd, >=, 0);
+        g_assert_true(g_spawn_async_with_fds(NULL, (char **)argv, NULL,
+                                             G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                                             NULL, NULL, &dm->pid, -1, -1, logfd, &err));
+        g_assert_no_error(err);
+        close(logfd);
+    }
+    /* The pidfile is written once the export listens. */
+    for (int i = 0; i < 1000 && !g_file_test(dm->pidfile, G_FILE_TEST_EXISTS); i++) {
+        g_usleep(10000);
+    }
+    g_assert_true(g_file_test(dm->pidfile, G_FILE_TEST_EXISTS));
+    return dm;
+}
+
+static char *daemon_log(Daemon *dm)
+{
+    char *s = NULL;
+
+    g_file_get_contents(dm->log, &s, NULL, NULL);
+    return s ? s : g_strdup("");
+}
+
+static void daemon_stop(Daemon *dm)
+{
+    int status;
+
+    if (dm->pid) {
+        kill(dm->pid, SIGTERM);
+        g_assert_cmpint(waitpid(dm->pid, &status, 0), ==, dm->pid);
+        g_spawn_close_pid(dm->pid);
+    } else {
+        status = 0; /* already reaped by the test */
+    }
+    if (!dm->qsd) {
+        /* A clean exit: nothing leaked that ASan would report, status 0. */
+        g_autofree char *log = daemon_log(dm);
+
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            g_printerr("daemon log:\n%s\n", log);
+        }
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+        /* Sanitizer builds: no report of any kind from the daemon. */
+        g_assert_null(strstr(log, "runtime error"));
+        g_assert_null(strstr(log, "Sanitizer"));
+    }
+    unlink(dm->img);
+    unlink(dm->log);
+    unlink(dm->sock);
+    {
+        g_autofree char *q = g_build_filename(dm->dir, "qmp.sock", NULL);
+
+        unlink(q);
+    }
+    rmdir(dm->dir);
+    g_free(dm->dir);
+    g_free(dm->sock);
+    g_free(dm->img);
+    g_free(dm->log);
+    g_free(dm->pidfile);
+    g_free(dm);
+}
+
+/* ---- front end: framing ---- */
+
+static int fe_connect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    g_assert_cmpint(s, >=, 0);
+    g_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
+    for (int i = 0; i < 500; i++) {
+        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            return s;
+        }
+        g_usleep(10000);
+    }
+    g_error("connect %s: %s", path, g_strerror(errno));
+}
+
+static void fe_send_raw(int s, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+    union {
+        char b[CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    ssize_t n;
+
+    g_assert_cmpuint(nfds, <=, 16);
+    if (nfds) {
+        struct cmsghdr *c;
+
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.b;
+        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+    }
+    n = sendmsg(s, &mh, MSG_NOSIGNAL);
+    /* The daemon may already have dropped us (hostile cases): EPIPE/ECONNRESET are fine. */
+    g_assert_true(n == (ssize_t)len || (n < 0 && (errno == EPIPE || errno == ECONNRESET)));
+}
+
+static void fe_send(Fe *fe, uint32_t req, uint32_t flags, const void *payload, uint32_t size,
+                    const int *fds, unsigned nfds)
+{
+    uint8_t buf[12 + 512];
+    uint32_t h[3] = {req, 1 | flags, size};
+
+    g_assert_cmpuint(size, <=, 512);
+    memcpy(buf, h, 12);
+    memcpy(buf + 12, payload, size);
+    fe_send_raw(fe->s, buf, 12 + size, fds, nfds);
+}
+
+static bool fe_read_full(int s, void *buf, size_t len, int timeout_ms)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        struct pollfd p = {.fd = s, .events = POLLIN};
+        ssize_t n;
+
+        if (poll(&p, 1, timeout_ms) != 1) {
+            return false;
+        }
+        n = read(s, (uint8_t *)buf + got, len - got);
+        if (n <= 0) {
+            return false;
+        }
+        got += (size_t)n;
+    }
+    return true;
+}
+
+/* A reply with QEMU's checks: same request, flags exactly 0x5, exact size. */
+static void fe_reply(Fe *fe, uint32_t req, void *payload, uint32_t size)
+{
+    uint32_t h[3];
+
+    g_assert_true(fe_read_full(fe->s, h, 12, 10000));
+    g_assert_cmpuint(h[0], ==, req);
+    g_assert_cmphex(h[1], ==, 0x5);
+    g_assert_cmpuint(h[2], ==, size);
+    g_assert_true(fe_read_full(fe->s, payload, size, 10000));
+}
+
+static uint64_t fe_get_u64(Fe *fe, uint32_t req)
+{
+    uint64_t v;
+
+    fe_send(fe, req, 0, NULL, 0, NULL, 0);
+    fe_reply(fe, req, &v, 8);
+    return v;
+}
+
+static void fe_set_u64(Fe *fe, uint32_t req, uint64_t v)
+{
+    fe_send(fe, req, 0, &v, 8, NULL, 0);
+}
+
+static void fe_ack(Fe *fe, uint32_t req)
+{
+    uint64_t v;
+
+    fe_reply(fe, req, &v, 8);
+    g_assert_cmpuint(v, ==, 0);
+}
+
+/* The daemon closed the connection (after a bad message). */
+static bool fe_dropped(Fe *fe)
+{
+    char c;
+
+    for (;;) {
+        struct pollfd p = {.fd = fe->s, .events = POLLIN};
+        ssize_t n;
+
+        if (poll(&p, 1, 10000) != 1) {
+            return false;
+        }
+        n = read(fe->s, &c, 1);
+        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+            return true;
+        }
+        if (n < 0) {
+            return false;
+        }
+        /* a reply to an earlier message: skip it */
+    }
+}
+
+/* ---- front end: session ---- */
+
+static uint64_t uva_of(Fe *fe, uint64_t gpa)
+{
+    for (unsigned i = 0; i < testdrv_nregions(fe->d); i++) {
+        uint64_t g = testdrv_region_gpa(fe->d, i);
+
+        if (gpa >= g && gpa - g < testdrv_region_size(fe->d, i)) {
+            return FAKE_UVA + i * 0x40000000ull + (gpa - g);
+        }
+    }
+    g_assert_not_reached();
+}
+
+static void fe_mem_table(Fe *fe, uint32_t flags)
+{
+    uint8_t p[8 + 8 * 32] = {0};
+    int fds[8];
+    uint32_t n = testdrv_nregions(fe->d);
+
+    memcpy(p, &n, 4);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t r[4] = {testdrv_region_gpa(fe->d, i), testdrv_region_size(fe->d, i),
+                         FAKE_UVA + i * 0x40000000ull, testdrv_region_fd_offset(fe->d, i)};
+
+        memcpy(p + 8 + 32 * i, r, 32);
+        fds[i] = testdrv_memfd(fe->d);
+    }
+    fe_send(fe, SET_MEM_TABLE, flags, p, 8 + 32 * n, fds, n);
+}
+
+static void fe_vring(Fe *fe, unsigned i, unsigned num)
+{
+    uint32_t st[2] = {i, num};
+    struct {
+        uint32_t index, flags;
+        uint64_t desc, used, avail, log;
+    } a = {i,
+           0,
+           uva_of(fe, testvq_desc_gpa(fe->vq[i])),
+           uva_of(fe, testvq_used_gpa(fe->vq[i])),
+           uva_of(fe, testvq_avail_gpa(fe->vq[i])),
+           0};
+    uint64_t v = i;
+    int kick = testvq_kick_fd(fe->vq[i]), call = testvq_call_fd(fe->vq[i]);
+
+    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
+    /* As QEMU after a back-end crash: continue at the used index (0 for a new ring). */
+    st[1] = testvq_used_idx(fe->vq[i]);
+    fe_send(fe, SET_VRING_BASE, 0, st, 8, NULL, 0);
+    fe_send(fe, SET_VRING_ADDR, 0, &a, sizeof(a), NULL, 0);
+    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &kick, 1);
+    fe_send(fe, SET_VRING_CALL, 0, &v, 8, &call, 1);
+}
+
+static void fe_enable(Fe *fe, unsigned i, unsigned on)
+{
+    uint32_t st[2] = {i, on};
+
+    fe_send(fe, SET_VRING_ENABLE, NEED_REPLY, st, 8, NULL, 0);
+    fe_ack(fe, SET_VRING_ENABLE);
+}
+
+static void fe_handshake(Fe *fe);
+
+/* Connect and negotiate up to (not including) the memory table. */
+static Fe *fe_open(Daemon *dm, unsigned nregions)
+{
+    Fe *fe = g_new0(Fe, 1);
+    TestDrvOpts o = {.ram_size = 32 << 20, .nregions = nregions};
+
+    fe->s = fe_connect(dm->sock);
+    fe->d = testdrv_new(&o);
+    fe_handshake(fe);
+    return fe;
+}
+
+/* GET_FEATURES .. SET_OWNER, in QEMU 7.2's order. */
+static void fe_handshake(Fe *fe)
+{
+    fe->host_features = fe_get_u64(fe, GET_FEATURES);
+    g_assert_true(fe->host_features & F_PROTOCOL_FEATURES);
+    fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
+    fe->proto &= P_MQ | P_REPLY_ACK | P_CONFIG;
+    g_assert_cmphex(fe->proto, ==, P_MQ | P_REPLY_ACK | P_CONFIG);
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    g_assert_cmpuint(fe_get_u64(fe, GET_QUEUE_NUM), >=, NQ);
+    fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0);
+    fe->features = testdrv_negotiate(
+        fe->host_features, (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                               (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
+                               (1ull << VIRTIO_BLK_F_SEG_MAX) | (1ull << VIRTIO_BLK_F_BLK_SIZE) |
+                               (1ull << VIRTIO_BLK_F_FLUSH) | (1ull << VIRTIO_BLK_F_CONFIG_WCE) |
+                               (1ull << VIRTIO_BLK_F_DISCARD) |
+                               (1ull << VIRTIO_BLK_F_WRITE_ZEROES) | (1ull << VIRTIO_BLK_F_MQ));
+}
+
+/* The rest of QEMU 7.2's start sequence: features, memory, rings, enable. */
+static void fe_start(Fe *fe, unsigned nq)
+{
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    fe->nq = nq;
+    for (unsigned i = 0; i < nq; i++) {
+        fe->vq[i] = testvq_new(fe->d, 128, fe->features);
+        fe_vring(fe, i, 128);
+    }
+    for (unsigned i = 0; i < nq; i++) {
+        fe_enable(fe, i, 1);
+    }
+}
+
+static void fe_close(Fe *fe)
+{
+    close(fe->s);
+    for (unsigned i = 0; i < NQ; i++) {
+        if (fe->vq[i]) {
+            testvq_free(fe->vq[i]);
+        }
+    }
+    testdrv_free(fe->d);
+    g_free(fe);
+}
+
+static uint8_t fe_io(Fe *fe, unsigned q, uint32_t type, uint64_t sector, void *data, uint32_t len)
+{
+    TestBlkReq r = testblk_submit(fe->vq[q], type, sector, data, len, len > 4096);
+    uint16_t head;
+    uint32_t ulen;
+
+    g_assert_cmpint(r.head, >=, 0);
+    testvq_kick_force(fe->vq[q]);
+    g_assert_true(testvq_wait_used(fe->vq[q], 10000));
+    g_assert_true(testvq_get_used(fe->vq[q], &head, &ulen));
+    g_assert_cmpuint(head, ==, (uint16_t)r.head);
+    if (type == VIRTIO_BLK_T_IN && data) {
+        testdrv_memread(fe->d, r.data_gpa, data, len);
+    }
+    return testblk_status(fe->vq[q], &r);
+}
+
+/* ---- tests ---- */
+
+/* Real I/O on both queues, checked against the file; GET_VRING_BASE; a second session. */
+static void test_io(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe = fe_open(dm, 2);
+    static uint8_t w[65536], r[65536], f[65536];
+    uint32_t st[2] = {0, 0};
+    int fd;
+
+    fe_start(fe, NQ);
+    for (unsigned i = 0; i < 65536; i++) {
+        w[i] = (uint8_t)(i * 7 + 3);
+    }
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 8, w, 65536), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_OUT, 1000, w, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0), ==, VIRTIO_BLK_S_OK);
+    memset(r, 0, 65536);
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 8, r, 65536), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 65536, w, 65536);
+    /* On disk, at the right offsets. */
+    fd = open(dm->img, O_RDONLY);
+    g_assert_cmpint(pread(fd, f, 65536, 8 * 512), ==, 65536);
+    g_assert_cmpmem(f, 65536, w, 65536);
+    g_assert_cmpint(pread(fd, f, 4096, 1000 * 512), ==, 4096);
+    g_assert_cmpmem(f, 4096, w, 4096);
+    /* Beyond the end: IOERR, no crash. */
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, DISK_SIZE / 512, r, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+    /* Write zeroes, then read zeroes back. */
+    if (fe->features & (1ull << VIRTIO_BLK_F_WRITE_ZEROES)) {
+        struct virtio_blk_discard_write_zeroes seg = {.sector = 8, .num_sectors = 8, .flags = 0};
+
+        g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0, &seg, sizeof(seg)), ==,
+                         VIRTIO_BLK_S_OK);
+        g_assert_cmpint(pread(fd, f, 4096, 8 * 512), ==, 4096);
+        memset(r, 0, 4096);
+        g_assert_cmpmem(f, 4096, r, 4096);
+    }
+    close(fd);
+    /* Stop queue 0: the next avail index is the number of requests it took. */
+    fe_send(fe, GET_VRING_BASE, 0, st, 8, NULL, 0);
+    fe_reply(fe, GET_VRING_BASE, st, 8);
+    g_assert_cmpuint(st[0], ==, 0);
+    g_assert_cmpuint(st[1], ==, testvq_avail_idx(fe->vq[0]));
+    fe_close(fe);
+
+    /* A new front end on the same daemon: fresh session, data still there. */
+    fe = fe_open(dm, 1);
+    fe_start(fe, 1);
+    memset(r, 0, 65536);
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 1000, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+/* The same on the block-layer path (x-data-plane=off: rings served by the main loop). */
+static void test_io_block_layer(void)
+{
+    export_extra = ",x-data-plane=off";
+    test_io();
+    export_extra = "";
+}
+
+/*
+ * kill -9 of the daemon between requests: a new daemon on the same (stale)
+ * socket path, the front end reconnects with the same memory and rings and
+ * continues at the used index; every acknowledged write is there.
+ */
+static void test_reconnect(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe = fe_open(dm, 2);
+    uint8_t buf[4096];
+    int status;
+
+    fe_start(fe, NQ);
+    for (unsigned i = 0; i < 16; i++) {
+        memset(buf, 0x40 + i, sizeof(buf));
+        g_assert_cmpuint(fe_io(fe, i % NQ, VIRTIO_BLK_T_OUT, i * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+    }
+    kill(dm->pid, SIGKILL);
+    g_assert_cmpint(waitpid(dm->pid, &status, 0), ==, dm->pid);
+    g_spawn_close_pid(dm->pid);
+    g_assert_true(fe_dropped(fe));
+    close(fe->s);
+    {
+        /* Same directory, same image: only the process is new. */
+        Daemon *old = dm;
+
+        keep_image = true;
+        dm = daemon_start(false);
+        keep_image = false;
+        g_free(old->dir);
+        g_free(old->sock);
+        g_free(old->img);
+        g_free(old->log);
+        g_free(old->pidfile);
+        g_free(old);
+    }
+    fe->s = fe_connect(dm->sock);
+    fe_handshake(fe);
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_vring(fe, i, 128);
+    }
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_enable(fe, i, 1);
+    }
+    for (unsigned i = 0; i < 16; i++) {
+        g_assert_cmpuint(fe_io(fe, (i + 1) % NQ, VIRTIO_BLK_T_IN, i * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(buf[0], ==, 0x40 + i);
+        g_assert_cmpuint(buf[4095], ==, 0x40 + i);
+    }
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+/*
+ * cloud-hypervisor's order: SET_OWNER first, NEED_REPLY on every request
+ * (requests with their own reply get only that), GET_CONFIG at 0x100,
+ * memory by ADD_MEM_REG (CONFIGURE_MEM_SLOTS), all SET_VRING_NUM first,
+ * then per ring ADDR, BASE, CALL, KICK, then the enables; later a region
+ * removed and added back with REM/ADD_MEM_REG while the rings run.
+ */
+static uint64_t ch_get_u64(Fe *fe, uint32_t req)
+{
+    uint64_t v;
+
+    fe_send(fe, req, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_reply(fe, req, &v, 8);
+    return v;
+}
+
+static void ch_send(Fe *fe, uint32_t req, const void *p, uint32_t size, const int *fds, unsigned n)
+{
+    fe_send(fe, req, NEED_REPLY, p, size, fds, n);
+    fe_ack(fe, req);
+}
+
+static void ch_region(Fe *fe, uint32_t req, unsigned i)
+{
+    uint64_t r[5] = {0, testdrv_region_gpa(fe->d, i), testdrv_region_size(fe->d, i),
+                     FAKE_UVA + i * 0x40000000ull, testdrv_region_fd_offset(fe->d, i)};
+    int fd = testdrv_memfd(fe->d);
+
+    ch_send(fe, req, r, sizeof(r), &fd, req == ADD_MEM_REG ? 1 : 0);
+}
+
+static void test_ch_order(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe = g_new0(Fe, 1);
+    TestDrvOpts o = {.ram_size = 32 << 20, .nregions = 2};
+    uint8_t p[12 + CFG_SIZE] = {0};
+    uint32_t c[3] = {0x100, CFG_SIZE, 0};
+    struct virtio_blk_config cfg;
+    uint8_t w[4096], r[4096];
+
+    fe->s = fe_connect(dm->sock);
+    fe->d = testdrv_new(&o);
+    fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0); /* REPLY_ACK is not agreed yet */
+    fe->host_features = fe_get_u64(fe, GET_FEATURES);
+    fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
+    g_assert_true(fe->proto & P_MEM_SLOTS);
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, P_MQ | P_REPLY_ACK | P_CONFIG | P_MEM_SLOTS);
+    g_assert_cmpuint(ch_get_u64(fe, GET_QUEUE_NUM), ==, NQ);
+    g_assert_cmpuint(ch_get_u64(fe, GET_MAX_MEM_SLOTS), >=, 8);
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, NEED_REPLY, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    memset(&cfg, 0, sizeof(cfg));
+    memcpy(&cfg, p + 12, CFG_SIZE);
+    g_assert_cmpuint(le64toh(cfg.capacity), ==, DISK_SIZE / 512);
+    fe->features = testdrv_negotiate(
+        fe->host_features, (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                               (1ull << VIRTIO_BLK_F_FLUSH) | (1ull << VIRTIO_BLK_F_MQ));
+    {
+        uint64_t f = fe->features | F_PROTOCOL_FEATURES;
+
+        ch_send(fe, SET_FEATURES, &f, 8, NULL, 0);
+    }
+    for (unsigned i = 0; i < testdrv_nregions(fe->d); i++) {
+        ch_region(fe, ADD_MEM_REG, i);
+    }
+    fe->nq = NQ;
+    for (unsigned i = 0; i < NQ; i++) {
+        uint32_t st[2] = {i, 256};
+
+        fe->vq[i] = testvq_new(fe->d, 256, fe->features);
+        ch_send(fe, SET_VRING_NUM, st, 8, NULL, 0);
+    }
+    for (unsigned i = 0; i < NQ; i++) {
+        struct {
+            uint32_t index, flags;
+            uint64_t desc, used, avail, log;
+        } a = {i,
+               0,
+               uva_of(fe, testvq_desc_gpa(fe->vq[i])),
+               uva_of(fe, testvq_used_gpa(fe->vq[i])),
+               uva_of(fe, testvq_avail_gpa(fe->vq[i])),
+               0};
+        uint32_t st[2] = {i, 0};
+        uint64_t v = i;
+        int kick = testvq_kick_fd(fe->vq[i]), call = testvq_call_fd(fe->vq[i]);
+
+        ch_send(fe, SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+        ch_send(fe, SET_VRING_BASE, st, 8, NULL, 0);
+        ch_send(fe, SET_VRING_CALL, &v, 8, &call, 1);
+        ch_send(fe, SET_VRING_KICK, &v, 8, &kick, 1);
+    }
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_enable(fe, i, 1);
+    }
+    memset(w, 0x77, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 24, w, 4096), ==, VIRTIO_BLK_S_OK);
+    /* Region 1 out and back in while the rings run (the device restarts on each map). */
+    ch_region(fe, REM_MEM_REG, 1);
+    ch_region(fe, ADD_MEM_REG, 1);
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 24, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    /* writeback through SET_CONFIG at 0x100 + 32, as CH writes it */
+    {
+        uint32_t sc[3] = {0x100 + offsetof(struct virtio_blk_config, wce), 1, 1};
+        uint8_t set[13];
+
+        memcpy(set, sc, 12);
+        set[12] = 0;
+        ch_send(fe, SET_CONFIG, set, 13, NULL, 0);
+    }
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+/*
+ * GET_VRING_BASE with requests in flight (a null node answering after
+ * 300 ms, on the block-layer path): the reply comes only after every request completed and was
+ * published, and says how many were taken.
+ */
+static void test_stop_inflight(void)
+{
+    Daemon *dm;
+    Fe *fe;
+    uint32_t st[2] = {0, 0};
+    TestBlkReq req[8];
+    gint64 t0;
+
+    /* The dataplane's null engine has no latency: the block layer's null driver does. */
+    blockdev_override =
+        "driver=null-co,node-name=disk,size=16M,read-zeroes=on,latency-ns=300000000";
+    export_extra = ",x-data-plane=off";
+    dm = daemon_start(false);
+    blockdev_override = NULL;
+    export_extra = "";
+    fe = fe_open(dm, 1);
+    fe_start(fe, 1);
+    for (unsigned i = 0; i < 8; i++) {
+        req[i] = testblk_submit(fe->vq[0], VIRTIO_BLK_T_IN, i * 8, NULL, 4096, false);
+        g_assert_cmpint(req[i].head, >=, 0);
+    }
+    t0 = g_get_monotonic_time();
+    testvq_kick_force(fe->vq[0]);
+    g_usleep(50000); /* popped and submitted, not completed */
+    g_assert_cmpuint(testvq_used_idx(fe->vq[0]), ==, 0);
+    fe_send(fe, GET_VRING_BASE, 0, st, 8, NULL, 0);
+    fe_reply(fe, GET_VRING_BASE, st, 8);
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 250000);
+    g_assert_cmpuint(st[1], ==, 8);
+    g_assert_cmpuint(testvq_used_idx(fe->vq[0]), ==, 8);
+    for (unsigned i = 0; i < 8; i++) {
+        g_assert_cmpuint(testblk_status(fe->vq[0], &req[i]), ==, VIRTIO_BLK_S_OK);
+    }
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+/* Config space: GET_CONFIG at offset 0, writeback toggled with SET_CONFIG. */
+static void test_config(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe = fe_open(dm, 1);
+    uint8_t p[12 + CFG_SIZE] = {0};
+    uint32_t c[3] = {0, CFG_SIZE, 0};
+    struct virtio_blk_config cfg;
+    uint8_t set[13];
+
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    memset(&cfg, 0, sizeof(cfg));
+    memcpy(&cfg, p + 12, CFG_SIZE);
+    g_assert_cmpuint(le64toh(cfg.capacity), ==, DISK_SIZE / 512);
+    g_assert_cmpuint(le32toh(cfg.blk_size), ==, 512);
+    g_assert_cmpuint(le16toh(cfg.num_queues), ==, NQ);
+    g_assert_cmpuint(le32toh(cfg.seg_max), ==, 126);
+    c[0] = offsetof(struct virtio_blk_config, wce);
+    c[1] = 1;
+    memcpy(set, c, 12);
+    set[12] = !cfg.wce;
+    fe_send(fe, SET_CONFIG, NEED_REPLY, set, 13, NULL, 0);
+    fe_ack(fe, SET_CONFIG);
+    c[0] = 0;
+    c[1] = CFG_SIZE;
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    g_assert_cmpuint(p[12 + offsetof(struct virtio_blk_config, wce)], ==, !cfg.wce);
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+typedef void HostileFn(Fe *fe);
+
+static void h_bad_version(Fe *fe)
+{
+    uint32_t h[3] = {GET_FEATURES, 2, 0};
+
+    fe_send_raw(fe->s, h, 12, NULL, 0);
+}
+
+static void h_unknown_request(Fe *fe)
+{
+    fe_send(fe, 200, 0, NULL, 0, NULL, 0);
+}
+
+static void h_oversized(Fe *fe)
+{
+    uint32_t h[3] = {SET_MEM_TABLE, 1, 1 << 20};
+
+    fe_send_raw(fe->s, h, 12, NULL, 0);
+}
+
+static void h_payload_mismatch(Fe *fe)
+{
+    uint32_t v = 1;
+
+    fe_send(fe, SET_FEATURES, 0, &v, 4, NULL, 0);
+}
+
+static void h_fd_on_fdless(Fe *fe)
+{
+    int fd = testdrv_memfd(fe->d);
+
+    fe_send(fe, GET_QUEUE_NUM, 0, NULL, 0, &fd, 1);
+}
+
+static void h_too_many_fds(Fe *fe)
+{
+    int fds[12];
+
+    for (unsigned i = 0; i < 12; i++) {
+        fds[i] = testdrv_memfd(fe->d);
+    }
+    fe_send(fe, GET_QUEUE_NUM, 0, NULL, 0, fds, 12);
+}
+
+static void h_mem_fd_count(Fe *fe)
+{
+    uint8_t p[8 + 64] = {2};
+    uint64_t r[8] = {0x100000, 0x100000, FAKE_UVA, 0, 0x300000, 0x100000, FAKE_UVA + 0x200000, 0};
+    int fd = testdrv_memfd(fe->d);
+
+    memcpy(p + 8, r, 64);
+    fe_send(fe, SET_MEM_TABLE, 0, p, sizeof(p), &fd, 1);
+}
+
+static void h_mem_overlap(Fe *fe)
+{
+    uint8_t p[8 + 64] = {2};
+    uint64_t r[8] = {0x100000, 0x200000, FAKE_UVA, 0, 0x200000, 0x100000, FAKE_UVA + 0x800000, 0};
+    int fds[2] = {testdrv_memfd(fe->d), testdrv_memfd(fe->d)};
+
+    memcpy(p + 8, r, 64);
+    fe_send(fe, SET_MEM_TABLE, 0, p, sizeof(p), fds, 2);
+}
+
+static void h_mem_uva_overlap(Fe *fe)
+{
+    uint8_t p[8 + 64] = {2};
+    uint64_t r[8] = {0x100000, 0x100000, FAKE_UVA, 0, 0x400000, 0x100000, FAKE_UVA + 0x80000, 0};
+    int fds[2] = {testdrv_memfd(fe->d), testdrv_memfd(fe->d)};
+
+    memcpy(p + 8, r, 64);
+    fe_send(fe, SET_MEM_TABLE, 0, p, sizeof(p), fds, 2);
+}
+
+static void h_mem_wrap(Fe *fe)
+{
+    uint8_t p[8 + 32] = {1};
+    uint64_t r[4] = {UINT64_MAX - 0xfff, 0x2000, FAKE_UVA, 0};
+    int fd = testdrv_memfd(fe->d);
+
+    memcpy(p + 8, r, 32);
+    fe_send(fe, SET_MEM_TABLE, 0, p, sizeof(p), &fd, 1);
+}
+
+static void h_mem_beyond_fd(Fe *fe)
+{
+    uint8_t p[8 + 32] = {1};
+    uint64_t r[4] = {0x100000, 1ull << 40, FAKE_UVA, 0};
+    int fd = testdrv_memfd(fe->d);
+
+    memcpy(p + 8, r, 32);
+    fe_send(fe, SET_MEM_TABLE, 0, p, sizeof(p), &fd, 1);
+}
+
+static void h_ring_size(Fe *fe)
+{
+    uint32_t st[2] = {0, 1000};
+
+    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
+}
+
+static void h_ring_size_big(Fe *fe)
+{
+    uint32_t st[2] = {0, 2048};
+
+    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
+}
+
+static void h_queue_index(Fe *fe)
+{
+    uint32_t st[2] = {NQ, 128};
+
+    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
+}
+
+static void h_kick_index(Fe *fe)
+{
+    uint64_t v = 77;
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &fd, 1);
+}
+
+static void h_kick_before_mem(Fe *fe)
+{
+    uint64_t v = 0;
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &fd, 1);
+}
+
+static void h_call_not_eventfd(Fe *fe)
+{
+    uint64_t v = 0;
+    int fd = testdrv_memfd(fe->d);
+
+    fe_send(fe, SET_VRING_CALL, 0, &v, 8, &fd, 1);
+}
+
+static void h_ring_outside(Fe *fe)
+{
+    /* Memory first, then a ring whose used ring lies outside every region. */
+    struct {
+        uint32_t index, flags;
+        uint64_t desc, used, avail, log;
+    } a = {0, 0, FAKE_UVA, FAKE_UVA + (1ull << 36), FAKE_UVA + 0x1000, 0};
+    uint32_t st[2] = {0, 128};
+    uint64_t v = 0;
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_mem_table(fe, 0);
+    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
+    fe_send(fe, SET_VRING_ADDR, 0, &a, sizeof(a), NULL, 0);
+    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &fd, 1);
+    st[1] = 1;
+    fe_send(fe, SET_VRING_ENABLE, 0, st, 8, NULL, 0);
+}
+
+static void h_unoffered_feature(Fe *fe)
+{
+    fe_set_u64(fe, SET_FEATURES, fe->features | (1ull << 34)); /* RING_PACKED */
+}
+
+static void h_log_base(Fe *fe)
+{
+    uint64_t v[2] = {4096, 0};
+    int fd = testdrv_memfd(fe->d);
+
+    fe_send(fe, SET_LOG_BASE, 0, v, 16, &fd, 1);
+}
+
+static void h_config_range(Fe *fe)
+{
+    uint32_t c[3] = {50, 100, 0};
+    uint8_t p[12 + 100] = {0};
+
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+}
+
+static void h_set_config_other(Fe *fe)
+{
+    uint32_t c[3] = {0, 8, 0};
+    uint8_t p[12 + 8] = {0};
+
+    memcpy(p, c, 12);
+    fe_send(fe, SET_CONFIG, 0, p, sizeof(p), NULL, 0);
+}
+
+static void h_second_owner(Fe *fe)
+{
+    fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0);
+}
+
+static void h_mem_slots_unnegotiated(Fe *fe)
+{
+    fe_send(fe, GET_MAX_MEM_SLOTS, 0, NULL, 0, NULL, 0);
+}
+
+static void h_truncated(Fe *fe)
+{
+    uint32_t h[3] = {SET_FEATURES, 1, 8};
+
+    /* Half a message, then the front end goes away (socket shut for writing). */
+    fe_send_raw(fe->s, h, 12, NULL, 0);
+    shutdown(fe->s, SHUT_WR);
+}
+
+typedef struct Hostile {
+    const char *name;
+    HostileFn *fn;
+    const char *msg; /* in the error line */
+} Hostile;
+
+static const Hostile hostile[] = {
+    {"bad-version", h_bad_version, " VHOST_USER_GET_FEATURES: flags"},
+    {"unknown-request", h_unknown_request, " request ?: unknown request 200"},
+    {"oversized", h_oversized, " VHOST_USER_SET_MEM_TABLE: payload of 1048576"},
+    {"payload-mismatch", h_payload_mismatch, " VHOST_USER_SET_FEATURES: payload of 4 bytes"},
+    {"fd-on-fdless", h_fd_on_fdless, " VHOST_USER_GET_QUEUE_NUM: 1 fds, expected 0"},
+    {"too-many-fds", h_too_many_fds, ": more than 8 fds in one message"},
+    {"mem-fd-count", h_mem_fd_count, " VHOST_USER_SET_MEM_TABLE: 1 fds, expected 2"},
+    {"mem-overlap", h_mem_overlap, " VHOST_USER_SET_MEM_TABLE: memory region at 0x200000 overlaps"},
+    {"mem-uva-overlap", h_mem_uva_overlap,
+     " VHOST_USER_SET_MEM_TABLE: memory region at 0x400000 overlaps"},
+    {"mem-wrap", h_mem_wrap,
+     " VHOST_USER_SET_MEM_TABLE: memory region at 0xfffffffffffff000 wraps"},
+    {"mem-beyond-fd", h_mem_beyond_fd,
+     " VHOST_USER_SET_MEM_TABLE: memory region at 0x100000: offset 0x0 + size 0x10000000000 is "
+     "beyond the end of its fd"},
+    {"ring-size", h_ring_size, " VHOST_USER_SET_VRING_NUM: ring 0: size 1000"},
+    {"ring-size-big", h_ring_size_big, " VHOST_USER_SET_VRING_NUM: ring 0: size 2048"},
+    {"queue-index", h_queue_index, " VHOST_USER_SET_VRING_NUM: ring 2 out of range"},
+    {"kick-index", h_kick_index, " VHOST_USER_SET_VRING_KICK: ring 77 out of range"},
+    {"kick-before-mem", h_kick_before_mem, " VHOST_USER_SET_VRING_KICK: ring 0: kick before"},
+    {"call-not-eventfd", h_call_not_eventfd,
+     " VHOST_USER_SET_VRING_CALL: ring 0: the fd is not an eventfd"},
+    {"ring-outside", h_ring_outside,
+     " VHOST_USER_SET_VRING_ENABLE: ring 0 is not inside one memory region"},
+    {"unoffered-feature", h_unoffered_feature,
+     " VHOST_USER_SET_FEATURES: features 0x400000000 were not offered"},
+    {"log-base", h_log_base, " VHOST_USER_SET_LOG_BASE"},
+    {"config-range", h_config_range, " VHOST_USER_GET_CONFIG: config range 50+100"},
+    {"set-config-other", h_set_config_other, " VHOST_USER_SET_CONFIG: only writeback"},
+    {"second-owner", h_second_owner, " VHOST_USER_SET_OWNER: the session already has an owner"},
+    {"mem-slots-unnegotiated", h_mem_slots_unnegotiated,
+     " VHOST_USER_GET_MAX_MEM_SLOTS: CONFIGURE_MEM_SLOTS was not negotiated"},
+    {"truncated", h_truncated, " VHOST_USER_SET_FEATURES: connection closed inside a message"},
+};
+
+/* Each hostile message drops its connection with the right line; the daemon serves the next. */
+static void test_hostile(void)
+{
+    Daemon *dm = daemon_start(false);
+    uint8_t w[4096], r[4096];
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(hostile); i++) {
+        const Hostile *h = &hostile[i];
+        Fe *fe = fe_open(dm, 1);
+        g_autofree char *want = g_strdup_printf("exp0: vhost-user%s", h->msg);
+        g_autofree char *log = NULL;
+
+        fe->vq[0] = testvq_new(fe->d, 128, fe->features);
+        h->fn(fe);
+        g_assert_true(fe_dropped(fe));
+        fe_close(fe);
+        /* The line is written before the drop. */
+        log = daemon_log(dm);
+        if (!strstr(log, want)) {
+            g_printerr("case %s: wanted \"%s\" in:\n%s\n", h->name, want, log);
+            g_assert_not_reached();
+        }
+        if (g_test_verbose()) {
+            g_printerr("hostile %s: ok\n", h->name);
+        }
+    }
+    /* After all of them: a full session with real I/O. */
+    {
+        Fe *fe = fe_open(dm, 2);
+
+        fe_start(fe, 1);
+        memset(w, 0x5a, sizeof(w));
+        g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 16, w, 4096), ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 16, r, 4096), ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpmem(r, 4096, w, 4096);
+        fe_close(fe);
+    }
+    {
+        /* Exactly one error line per hostile case, each naming the export. */
+        g_autofree char *log = daemon_log(dm);
+        g_auto(GStrv) lines = g_strsplit(log, "\n", -1);
+        unsigned n = 0;
+
+        for (unsigned i = 0; lines[i]; i++) {
+            n += strstr(lines[i], "dropping the connection") != NULL;
+        }
+        g_assert_cmpuint(n, ==, G_N_ELEMENTS(hostile));
+    }
+    daemon_stop(dm);
+}
+
+/* A broken descriptor chain breaks the ring, not the daemon. */
+static void test_bad_ring(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe = fe_open(dm, 1);
+    uint8_t w[4096], r[4096];
+
+    fe_start(fe, 1);
+    /* A descriptor pointing outside guest RAM. */
+    testvq_set_desc(fe->vq[0], 0, 1ull << 50, 16, 0, 0);
+    testvq_publish(fe->vq[0], 0);
+    testvq_kick_force(fe->vq[0]);
+    g_usleep(100000);
+    fe_close(fe);
+    fe = fe_open(dm, 1);
+    fe_start(fe, 1);
+    memset(w, 0xa5, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 0, w, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 0, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    fe_close(fe);
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        g_assert_nonnull(strstr(log, "exp0: virtqueue error"));
+    }
+    daemon_stop(dm);
+}
+
+/* ---- QMP ---- */
+
+static int qmp_fd;
+
+static char *qmp_line(void)
+{
+    GString *g = g_string_new(NULL);
+    char c;
+
+    while (fe_read_full(qmp_fd, &c, 1, 10000) && c != '\n') {
+        g_string_append_c(g, c);
+    }
+    return g_string_free(g, FALSE);
+}
+
+/* Send @cmd; return the reply line (events before it are skipped, one kept in *@event). */
+static char *qmp_cmd(const char *cmd, char **event)
+{
+    g_assert_cmpint(write(qmp_fd, cmd, strlen(cmd)), ==, (ssize_t)strlen(cmd));
+    for (;;) {
+        char *l = qmp_line();
+
+        g_assert_cmpuint(strlen(l), >, 0);
+        if (strstr(l, "\"event\"")) {
+            if (event) {
+                g_free(*event);
+                *event = l;
+            } else {
+                g_free(l);
+            }
+            continue;
+        }
+        return l;
+    }
+}
+
+/* query-block-exports, block-export-add on a second node, I/O on it, block-export-del, quit. */
+static void test_qmp(void)
+{
+    Daemon *dm;
+    g_autofree char *path = NULL, *greet = NULL, *r = NULL, *ev = NULL, *add = NULL, *sock1 = NULL;
+    Fe *fe;
+    Daemon dm1 = {0};
+    uint8_t buf[4096];
+    int status;
+
+    with_qmp = true;
+    dm = daemon_start(false);
+    with_qmp = false;
+    path = g_build_filename(dm->dir, "qmp.sock", NULL);
+    qmp_fd = fe_connect(path);
+    greet = qmp_line();
+    g_assert_nonnull(strstr(greet, "\"QMP\""));
+    r = qmp_cmd("{\"execute\": \"qmp_capabilities\"}\n", NULL);
+    g_assert_nonnull(strstr(r, "\"return\""));
+    g_free(r);
+    r = qmp_cmd("{\"execute\": \"query-block-exports\"}\n", NULL);
+    g_assert_nonnull(strstr(r, "\"id\":\"exp0\"") ? r : strstr(r, "\"id\": \"exp0\""));
+    g_assert_nonnull(strstr(r, "vhost-user-blk"));
+    g_free(r);
+    /* The path switch while a front end runs I/O on exp0: data stays right on both paths. */
+    fe = fe_open(dm, 1);
+    fe_start(fe, NQ);
+    for (unsigned round = 0; round < 4; round++) {
+        bool on = round % 2;
+        g_autofree char *set = g_strdup_printf(
+            "{\"execute\": \"qom-set\", \"arguments\": {\"path\": \"/exports/exp0\", "
+            "\"property\": \"x-data-plane\", \"value\": %s}}\n",
+            on ? "true" : "false");
+
+        memset(buf, 0x10 + round, sizeof(buf));
+        g_assert_cmpuint(fe_io(fe, round % NQ, VIRTIO_BLK_T_OUT, 100 + round * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+        r = qmp_cmd(set, NULL);
+        g_assert_nonnull(strstr(r, "\"return\""));
+        g_free(r);
+        r = qmp_cmd("{\"execute\": \"qom-get\", \"arguments\": {\"path\": \"/exports/exp0\", "
+                    "\"property\": \"x-data-plane\"}}\n",
+                    NULL);
+        g_assert_nonnull(strstr(r, on ? "true" : "false"));
+        g_free(r);
+        for (unsigned k = 0; k <= round; k++) {
+            uint8_t back[4096];
+
+            g_assert_cmpuint(fe_io(fe, (round + k) % NQ, VIRTIO_BLK_T_IN, 100 + k * 8, back, 4096),
+                             ==, VIRTIO_BLK_S_OK);
+            g_assert_cmpuint(back[0], ==, 0x10 + k);
+            g_assert_cmpuint(back[4095], ==, 0x10 + k);
+        }
+    }
+    fe_close(fe);
+    sock1 = g_build_filename(dm->dir, "vu1.sock", NULL);
+    add = g_strdup_printf("{\"execute\": \"block-export-add\", \"arguments\": {\"type\": "
+                          "\"vhost-user-blk\", \"id\": \"exp1\", \"node-name\": \"nul\", "
+                          "\"addr\": {\"type\": \"unix\", \"path\": \"%s\"}, "
+                          "\"num-queues\": 2}}\n",
+                          sock1);
+    r = qmp_cmd(add, NULL);
+    g_assert_nonnull(strstr(r, "\"return\""));
+    g_free(r);
+    /* Same id again: refused, the first stays. */
+    r = qmp_cmd(add, NULL);
+    g_assert_nonnull(strstr(r, "already in use"));
+    g_free(r);
+    /* A read-only null export: reads give zeroes, writes are refused. */
+    dm1.sock = sock1;
+    fe = fe_open(&dm1, 1);
+    g_assert_false(fe->host_features & (1ull << VIRTIO_BLK_F_WRITE_ZEROES));
+    g_assert_true(fe->host_features & (1ull << VIRTIO_BLK_F_RO));
+    fe_start(fe, 1);
+    memset(buf, 0xee, sizeof(buf));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 0, buf, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(buf[0], ==, 0);
+    g_assert_cmpuint(buf[4095], ==, 0);
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 0, buf, 4096), !=, VIRTIO_BLK_S_OK);
+    /* Deleted while connected: the connection is dropped, the event says so. */
+    r = qmp_cmd("{\"execute\": \"block-export-del\", \"arguments\": {\"id\": \"exp1\"}}\n", &ev);
+    g_assert_nonnull(strstr(r, "\"return\""));
+    g_free(r);
+    if (!ev) {
+        ev = qmp_line();
+    }
+    g_assert_nonnull(strstr(ev, "BLOCK_EXPORT_DELETED"));
+    g_assert_true(fe_dropped(fe));
+    fe_close(fe);
+    g_assert_false(g_file_test(sock1, G_FILE_TEST_EXISTS));
+    r = qmp_cmd("{\"execute\": \"query-block-exports\"}\n", NULL);
+    g_assert_null(strstr(r, "exp1"));
+    g_free(r);
+    r = qmp_cmd("{\"execute\": \"quit\"}\n", NULL);
+    g_assert_nonnull(strstr(r, "\"return\""));
+    g_clear_pointer(&r, g_free);
+    g_assert_cmpint(waitpid(dm->pid, &status, 0), ==, dm->pid);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+    close(qmp_fd);
+    dm->pid = 0;
+    daemon_stop(dm);
+}
+
+/* A bad command line: one line on stderr, exit 1. */
+static void test_bad_cmdline(void)
+{
+    static const char *const bad[][4] = {
+        {"--export", "type=vhost-user-blk,id=e,node-name=missing,addr.type=unix,addr.path=/tmp/x",
+         NULL},
+        {"--export", "type=nbd,id=e", NULL},
+        {"--blockdev", "driver=file,filename=/nonexistent/x,node-name=n", NULL},
+        {"--object", "memory-backend-ram,id=m", NULL},
+        {"--bogus", NULL},
+        {"--blockdev", NULL},
+    };
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(bad); i++) {
+        const char *argv[5] = {daemon_path(false)};
+        g_autofree char *out = NULL, *err_text = NULL;
+        GError *err = NULL;
+        int status;
+
+        for (unsigned k = 0; k < 3 && bad[i][k]; k++) {
+            argv[k + 1] = bad[i][k];
+        }
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out,
+                                   &err_text, &status, &err));
+        g_assert_no_error(err);
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 1);
+        g_assert_true(g_str_has_prefix(err_text, "vblk-storage-daemon: "));
+        /* exactly one line */
+        g_assert_nonnull(strchr(err_text, '\n'));
+        g_assert_cmpuint(strlen(strchr(err_text, '\n')), ==, 1);
+    }
+}
+
+/* The hostile messages with the export on the block-layer path. */
+static void test_hostile_block_layer(void)
+{
+    export_extra = ",x-data-plane=off";
+    test_hostile();
+    export_extra = "";
+}
+
+/* The broken ring on the block-layer path. */
+static void test_bad_ring_block_layer(void)
+{
+    export_extra = ",x-data-plane=off";
+    test_bad_ring();
+    export_extra = "";
+}
+
+/* The same session against qemu-storage-daemon: features, config, I/O results. */
+typedef struct Session {
+    uint64_t features, proto, queues;
+    struct virtio_blk_config cfg;
+    uint8_t status[5];
+    char id[21];
+    bool data_ok;
+} Session;
+
+static void run_session(bool qsd, Session *s)
+{
+    Daemon *dm = daemon_start(qsd);
+    Fe *fe;
+    uint8_t p[12 + CFG_SIZE] = {0};
+    uint32_t c[3] = {0, CFG_SIZE, 0};
+    uint8_t w[8192], r[8192];
+
+    fe = fe_open(dm, 2);
+    s->features = fe->host_features;
+    s->queues = NQ;
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    memcpy(&s->cfg, p + 12, CFG_SIZE);
+    fe_start(fe, NQ);
+    for (unsigned i = 0; i < sizeof(w); i++) {
+        w[i] = (uint8_t)(i ^ 0x3c);
+    }
+    s->status[0] = fe_io(fe, 0, VIRTIO_BLK_T_OUT, 64, w, sizeof(w));
+    s->status[1] = fe_io(fe, 1, VIRTIO_BLK_T_IN, 64, r, sizeof(r));
+    s->status[2] = fe_io(fe, 0, VIRTIO_BLK_T_IN, DISK_SIZE / 512, r, 512);
+    s->status[3] = fe_io(fe, 1, VIRTIO_BLK_T_FLUSH, 0, NULL, 0);
+    memset(s->id, 0, sizeof(s->id));
+    s->status[4] = fe_io(fe, 0, VIRTIO_BLK_T_GET_ID, 0, s->id, 20);
+    s->data_ok = !memcmp(w, r, sizeof(w));
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+static void test_crosscheck(void)
+{
+    Session v = {0}, q = {0};
+    /* Bits both should offer (docs/vhost-user.md lists the others). */
+    uint64_t common = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                      (1ull << VIRTIO_RING_F_INDIRECT_DESC) | (1ull << VIRTIO_BLK_F_SEG_MAX) |
+                      (1ull << VIRTIO_BLK_F_BLK_SIZE) | (1ull << VIRTIO_BLK_F_FLUSH) |
+                      (1ull << VIRTIO_BLK_F_CONFIG_WCE) | (1ull << VIRTIO_BLK_F_DISCARD) |
+                      (1ull << VIRTIO_BLK_F_WRITE_ZEROES) | (1ull << VIRTIO_BLK_F_MQ) |
+                      (1ull << VIRTIO_BLK_F_TOPOLOGY) | F_PROTOCOL_FEATURES;
+
+    if (access(daemon_path(true), X_OK) != 0) {
+        g_test_skip("qemu-storage-daemon is not installed");
+        return;
+    }
+    run_session(false, &v);
+    run_session(true, &q);
+    if (g_test_verbose()) {
+        g_printerr("features vblk 0x%" G_GINT64_MODIFIER "x qsd 0x%" G_GINT64_MODIFIER "x\n",
+                   v.features, q.features);
+    }
+    g_assert_cmphex(v.features & common, ==, common);
+    g_assert_cmphex(q.features & common, ==, common);
+    g_assert_cmpuint(v.cfg.capacity, ==, q.cfg.capacity);
+    g_assert_cmpuint(v.cfg.blk_size, ==, q.cfg.blk_size);
+    g_assert_cmpuint(v.cfg.seg_max, ==, q.cfg.seg_max);
+    g_assert_cmpuint(v.cfg.num_queues, ==, q.cfg.num_queues);
+    g_assert_cmpuint(v.cfg.max_discard_sectors, ==, q.cfg.max_discard_sectors);
+    g_assert_cmpuint(v.cfg.max_write_zeroes_sectors, ==, q.cfg.max_write_zeroes_sectors);
+    g_assert_cmpmem(v.status, 5, q.status, 5);
+    g_assert_cmpstr(v.id, ==, q.id);
+    g_assert_true(v.data_ok);
+    g_assert_true(q.data_ok);
+}
+
+int main(int argc, char **argv)
+{
+    int ret;
+
+    g_test_init(&argc, &argv, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    tmpdir = g_dir_make_tmp("vblk-vu-XXXXXX", NULL);
+    g_assert_nonnull(tmpdir);
+    g_test_add_func("/vhost-user/io", test_io);
+    g_test_add_func("/vhost-user/io-block-layer", test_io_block_layer);
+    g_test_add_func("/vhost-user/reconnect", test_reconnect);
+    g_test_add_func("/vhost-user/ch-order", test_ch_order);
+    g_test_add_func("/vhost-user/stop-inflight", test_stop_inflight);
+    g_test_add_func("/vhost-user/config", test_config);
+    g_test_add_func("/vhost-user/hostile", test_hostile);
+    g_test_add_func("/vhost-user/hostile-block-layer", test_hostile_block_layer);
+    g_test_add_func("/vhost-user/bad-ring", test_bad_ring);
+    g_test_add_func("/vhost-user/bad-ring-block-layer", test_bad_ring_block_layer);
+    g_test_add_func("/vhost-user/qmp", test_qmp);
+    g_test_add_func("/vhost-user/bad-cmdline", test_bad_cmdline);
+    g_test_add_func("/vhost-user/crosscheck-qsd", test_crosscheck);
+    ret = g_test_run();
+    rmdir(tmpdir);
+    g_free(tmpdir);
+    return ret;
+}

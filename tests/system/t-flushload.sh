@@ -1,0 +1,190 @@
+#!/bin/sh
+# Reproducer of issue 15: a guest under a flushing write load with the path
+# switched under it. Runs where a stock Linux guest runs (scripts/nested), by
+# hand, e.g. five boots with switching and stop/cont on the dataplane:
+#
+#   scripts/nested --fs ext4 --disk-size 1G --timeout 7200 -- tests/system/t-flushload.sh
+#   scripts/nested --fs ext4 --timeout 7200 --file ... -- env FL_RUNS=3 FL_AIO=io_uring \
+#       /files/t-flushload.sh       (knobs: see below; env(1) passes them in L1)
+#
+# Each boot: vblk with one virtio-blk disk (cache=none, aio=$FL_AIO,
+# x-data-plane=$FL_DP) runs fio in the guest: 16 KiB randwrite, QD50, crc32c
+# verify with verify_backlog=512, fsync every 16 writes, over $FL_SIZE, with a
+# 600 s timeout. Meanwhile a QMP client flips x-data-plane every 0.3 s
+# ($FL_SWITCH) and does stop/cont every 10th flip ($FL_STOPCONT). After the
+# last passing boot, a fresh boot runs the same job with verify_only=1 over
+# the same image ($FL_VERIFY_ONLY).
+#
+# A boot ends as one of:
+#   pass          fio rc=0, VBLK-EXIT 0, vblk status 0, no QMP error
+#   triple-fault  vblk status 2 (stderr has the vCPU's registers)
+#   vblk-error    vblk status 1 (internal error, failed entry...)
+#   fio-timeout   the guest's 600 s timeout killed fio (VBLK-EXIT 137): fio
+#                 made no or too slow progress; see the probe below
+#   silent-end    vblk status 0 but fio never reported (the issue's symptom)
+#   fio-fail      fio reported rc != 0 (verify failure...)
+#   qmp-error     everything passed but a QMP command failed
+#   hang          vblk still running after $FL_DEADLINE s: x-debug-state,
+#                 query-status, x-query-virtio-blk-dataplane and SIGUSR2 are
+#                 taken, then vblk is killed
+# and prints "T-FLUSHLOAD run=N result=R rc=... switches=... stopcont=...".
+# A boot whose fio still runs $FL_PROBE s after it started is probed once:
+# x-query-virtio-blk-dataplane, x-debug-state (SIGUSR2's dump, into the log),
+# 10 s, the same again: whether requests still complete, or sit in flight.
+# The last line is "T-FLUSHLOAD-SUMMARY runs=N pass=P ..."; the status is 0
+# only if every boot (and the verify_only boot) passed.
+#
+# POSIX sh (busybox in L1). Environment from scripts/nested: VBLK_BIN
+# VBLK_L2_KERNEL VBLK_L2_INITRD VBLK_L2_APPEND VBLK_DISK.
+FL_RUNS=${FL_RUNS:-5}             # boots
+FL_SWITCH=${FL_SWITCH:-1}         # flip x-data-plane every 0.3 s
+FL_STOPCONT=${FL_STOPCONT:-1}     # stop/cont every 10th flip
+FL_DP=${FL_DP:-on}                # the path at boot
+FL_AIO=${FL_AIO:-native}          # host engine: native | io_uring
+FL_ENGINE=${FL_ENGINE:-libaio}    # guest fio engine: libaio | io_uring
+FL_SIZE=${FL_SIZE:-320M}          # fio size
+FL_SMP=${FL_SMP:-2}
+FL_DEADLINE=${FL_DEADLINE:-900}   # s per boot before it counts as a hang
+FL_VERIFY_ONLY=${FL_VERIFY_ONLY:-1}
+FL_KEEP=${FL_KEEP:-0}             # keep the logs of passing boots too
+FL_PROBE=${FL_PROBE:-480}         # s after fio started: one state probe
+
+dir=$(dirname "${VBLK_DISK:-/tmp/x}")
+[ -w "$dir" ] || dir=/tmp
+port=4540
+ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
+trap '' PIPE
+
+job() { # job VERIFY_ONLY(0|1): the fio job file text
+    cat <<EOF
+[global]
+filename=/dev/vda
+ioengine=$FL_ENGINE
+direct=1
+verify_fatal=1
+[flushload]
+rw=randwrite
+bs=16k
+iodepth=50
+size=$FL_SIZE
+verify=crc32c
+verify_backlog=512
+fsync=16
+do_verify=1
+EOF
+    [ "$1" = 1 ] && echo "verify_only=1"
+}
+
+qmp() { echo "$1" 2>/dev/null >&3; } # vblk may be gone: no "Broken pipe" noise
+qmp_open() {
+    rm -f "$dir/qin"; mkfifo "$dir/qin"
+    nc 127.0.0.1 "$port" <"$dir/qin" >"$dir/qmp.out" 2>/dev/null &
+    qmp_nc=$!
+    exec 3>"$dir/qin"
+    qmp '{"execute":"qmp_capabilities"}'
+}
+qmp_close() { exec 3>&-; sleep 1; kill "$qmp_nc" 2>/dev/null; }
+
+# boot N VERIFY_ONLY: one boot; sets $result.
+boot() {
+    n=$1; vo=$2; log="$dir/fl-$n.log"
+    port=$((port + 1))
+    jb=$(job "$vo" | base64 | tr -d '\n')
+    [ "$vo" = 1 ] || { rm -f "$dir/fl.img"; truncate -s 400M "$dir/fl.img"; }
+    start=$(date +%s)
+    "$VBLK_BIN" -enable-kvm -m 512 -smp "$FL_SMP" -nographic -no-reboot \
+        -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+        -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
+        -drive "if=none,id=drive0,file=$dir/fl.img,format=raw,cache=none,aio=$FL_AIO" \
+        -device "virtio-blk-pci,id=disk0,drive=drive0,scsi=off,x-data-plane=$FL_DP" \
+        -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
+    vpid=$!
+    i=0; while ! grep -q 'VBLK-FIO-JOB' "$log" 2>/dev/null && kill -0 "$vpid" 2>/dev/null &&
+        [ $i -lt 300 ]; do sleep 1; i=$((i + 1)); done
+    qmp_open
+    flips=0; stops=0; dp=$FL_DP; hung=0; fio_start=$(date +%s); probed=0
+    while kill -0 "$vpid" 2>/dev/null && ! grep -q 'VBLK-FIO-RC' "$log"; do
+        if [ $(($(date +%s) - start)) -ge "$FL_DEADLINE" ]; then hung=1; break; fi
+        if [ $probed = 0 ] && [ $(($(date +%s) - fio_start)) -ge "$FL_PROBE" ]; then
+            probed=1
+            echo "# boot $n: fio still runs after $FL_PROBE s: probe"
+            qmp '{"execute":"query-status"}'
+            qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+            qmp '{"execute":"x-debug-state"}'
+            sleep 10
+            qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+            qmp '{"execute":"x-debug-state"}'
+            sleep 1
+            grep '"requests"\|"status"' "$dir/qmp.out" | tail -n 3 | cut -c1-600 | sed 's/^/#   probe qmp: /'
+            grep 'debug-state' "$log" | tail -n 24 | sed 's/^/#   probe: /'
+        fi
+        sleep 0.3
+        [ "$FL_SWITCH" = 1 ] && [ "$vo" = 0 ] || continue
+        if [ "$dp" = on ]; then dp=off; v=false; else dp=on; v=true; fi
+        qmp "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\",\"property\":\"x-data-plane\",\"value\":$v}}"
+        flips=$((flips + 1))
+        if [ "$FL_STOPCONT" = 1 ] && [ $((flips % 10)) -eq 0 ]; then
+            qmp '{"execute":"stop"}'; sleep 0.1; qmp '{"execute":"cont"}'
+            stops=$((stops + 1))
+        fi
+    done
+    if [ $hung = 1 ]; then
+        echo "# boot $n: still running after $FL_DEADLINE s: state dump, then kill"
+        qmp '{"execute":"query-status"}'
+        qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+        qmp '{"execute":"x-debug-state"}'
+        sleep 2
+        kill -USR2 "$vpid" 2>/dev/null
+        sleep 3
+        kill -9 "$vpid" 2>/dev/null
+    fi
+    qmp '{"execute":"query-status"}'
+    qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+    i=0; while kill -0 "$vpid" 2>/dev/null && [ $i -lt 120 ]; do sleep 1; i=$((i + 1)); done
+    if kill -0 "$vpid" 2>/dev/null; then
+        echo "# boot $n: fio reported but vblk did not exit within 120 s: state dump, then kill"
+        kill -USR2 "$vpid" 2>/dev/null; sleep 3; kill -9 "$vpid" 2>/dev/null; hung=1
+    fi
+    wait "$vpid"; rc=$?
+    qmp_close
+    cp "$dir/qmp.out" "$dir/fl-$n.qmp"
+    fio_rc=$(grep -o 'VBLK-FIO-RC name=[^ ]* rc=[0-9]*' "$log" | tail -1 | sed 's/.*rc=//')
+    sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
+    qerr=$(grep -c '"error"' "$dir/qmp.out")
+    if [ $hung = 1 ]; then result=hang
+    elif [ $rc -eq 2 ]; then result=triple-fault
+    elif [ $rc -ne 0 ]; then result=vblk-error
+    elif [ -z "$fio_rc" ] && grep -q 'VBLK-EXIT 137' "$log"; then result=fio-timeout
+    elif [ -z "$fio_rc" ]; then result=silent-end
+    elif [ "$fio_rc" != 0 ] || ! grep -q 'VBLK-EXIT 0' "$log"; then result=fio-fail
+    elif [ "$qerr" -ne 0 ]; then result=qmp-error
+    else result=pass
+    fi
+    echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
+        "switches=${sw:-0} flips=$flips stopcont=$stops qmp_errors=$qerr secs=$(($(date +%s) - start))" \
+        "dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE"
+    if [ $result != pass ]; then
+        grep -E 'triple fault|vCPU [0-9]+: (RIP|CR0|CS|RAX|RSI)|debug-state|KVM_EXIT|Kernel panic|BUG|Oops|RIP:|VBLK-|vblk:' "$log" |
+            grep -v 'VBLK-IRQ' | tail -n 60 | sed 's/^/#   /'
+        tail -n 15 "$log" | sed 's/^/#   tail: /'
+        grep '"error"\|"status"\|SHUTDOWN\|RESET' "$dir/qmp.out" | tail -n 10 | sed 's/^/#   qmp: /'
+    elif [ "$FL_KEEP" = 0 ]; then
+        rm -f "$log" "$dir/fl-$n.qmp"
+    fi
+}
+
+echo "# t-flushload: runs=$FL_RUNS switch=$FL_SWITCH stopcont=$FL_STOPCONT dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE size=$FL_SIZE smp=$FL_SMP"
+pass=0; fails=""
+k=1
+while [ $k -le "$FL_RUNS" ]; do
+    boot "$k" 0
+    if [ $result = pass ]; then pass=$((pass + 1)); last_pass=$k; else fails="$fails $k:$result"; fi
+    k=$((k + 1))
+done
+vo_result=skipped
+if [ "$FL_VERIFY_ONLY" = 1 ] && [ "${last_pass:-0}" = "$FL_RUNS" ]; then
+    boot "$((FL_RUNS + 1))" 1
+    vo_result=$result
+fi
+echo "T-FLUSHLOAD-SUMMARY runs=$FL_RUNS pass=$pass fails=${fails:- none} verify_only=$vo_result"
+[ $pass -eq "$FL_RUNS" ] && { [ $vo_result = pass ] || [ $vo_result = skipped ]; }
