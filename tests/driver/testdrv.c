@@ -24,10 +24,11 @@ struct TestDrv {
     unsigned nregions;
     GuestMemRegion regions[TESTDRV_MAX_REGIONS];
     GuestMem *gm;
-    uint64_t next_gpa; /* bump allocator cursor */
+    GMutex alloc_lock; /* guest threads of one driver allocate concurrently */
+    uint64_t next_gpa; /* bump allocator cursor, under alloc_lock */
 };
 
-/* Context: test (guest) thread, for everything below */
+/* Context: test (guest) threads; the allocator is safe to call from several. */
 TestDrv *testdrv_new(const TestDrvOpts *opts)
 {
     TestDrvOpts o = {.ram_size = 16 << 20, .nregions = 1, .base_gpa = 0x100000, .gap = 1 << 20};
@@ -56,6 +57,7 @@ TestDrv *testdrv_new(const TestDrvOpts *opts)
     }
     d->gm = guestmem_new(d->regions, d->nregions, NULL);
     g_assert(d->gm);
+    g_mutex_init(&d->alloc_lock);
     d->next_gpa = o.base_gpa;
     return d;
 }
@@ -68,6 +70,7 @@ void testdrv_free(TestDrv *d)
     guestmem_free(d->gm);
     munmap(d->ram, d->ram_size);
     close(d->memfd);
+    g_mutex_clear(&d->alloc_lock);
     g_free(d);
 }
 
@@ -113,6 +116,8 @@ uint64_t testdrv_ram_end(TestDrv *d)
 
 uint64_t testdrv_alloc(TestDrv *d, uint64_t size, uint64_t align)
 {
+    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
+
     align = align ? align : 16;
     g_assert((align & (align - 1)) == 0);
     for (unsigned i = 0; i < d->nregions; i++) {
@@ -137,11 +142,15 @@ uint64_t testdrv_alloc_at_region_end(TestDrv *d, unsigned i, uint64_t size)
 
 uint64_t testdrv_alloc_mark(TestDrv *d)
 {
+    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
+
     return d->next_gpa;
 }
 
 void testdrv_alloc_reset(TestDrv *d, uint64_t mark)
 {
+    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
+
     d->next_gpa = mark;
 }
 
