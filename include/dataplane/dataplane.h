@@ -53,7 +53,16 @@ typedef struct DataPlaneConf {
     unsigned num_queues; /* 1..DATAPLANE_MAX_QUEUES */
     unsigned queue_size; /* slots per queue (the largest queue size in use) */
     bool no_flush;       /* cache.no-flush: flushes complete without reaching the disk */
+    /*
+     * Completion groups: while reaping, publish the used ring (and notify the
+     * guest if EVENT_IDX asks for it) after this many completions of one
+     * queue, so that a guest can refill while the rest are still being
+     * reaped. 0: DATAPLANE_COMPLETE_BATCH; UINT_MAX: one group per reap.
+     */
+    unsigned complete_batch;
 } DataPlaneConf;
+
+#define DATAPLANE_COMPLETE_BATCH 8
 
 /* One queue handed to dataplane_start(). */
 typedef struct DataPlaneQueue {
@@ -73,7 +82,8 @@ typedef struct DataPlaneQueueStats {
     uint64_t batches;         /* handle_queue passes that popped >= 1 chain */
     uint64_t kicks;           /* host notifier wakeups */
     uint64_t irqs;            /* guest notifier writes */
-    uint64_t irqs_suppressed; /* completion batches with no interrupt needed */
+    uint64_t irqs_suppressed; /* completion groups with no interrupt needed */
+    uint64_t publishes;       /* used-index publishes (completion groups) */
     uint64_t inflight;        /* handed to the IOQ, not completed */
     uint64_t throttle_waits;  /* times the queue stopped for the throttle timer */
     uint64_t cycles_pop;      /* pop + parse + enqueue */

@@ -64,6 +64,7 @@ typedef struct EventFdOps {
 typedef struct EventLoopStats {
     uint64_t iterations;     /* event_loop_run_once() calls */
     uint64_t blocking_waits; /* epoll_wait calls with a non-zero timeout */
+    uint64_t epoll_waits;    /* epoll_wait calls (blocking or not) */
     uint64_t notify_writes;  /* eventfd writes done by event_loop_notify() */
     uint64_t notify_skipped; /* event_loop_notify() calls that skipped the write */
     uint64_t bh_runs;        /* bottom halves dispatched */

@@ -144,6 +144,7 @@ typedef struct IOQStats {
     uint64_t helper_ops;   /* requests done by the helper thread */
     uint64_t inflight;     /* accepted by ioq_enqueue, callback not yet run */
     uint64_t fua_flushes;  /* flushes issued after IOQ_REQ_FUA writes */
+    uint64_t efd_reads;    /* completion eventfd reads (ioq_clear_fd syscalls) */
 } IOQStats;
 
 /* Context: control thread. */

@@ -60,12 +60,14 @@ typedef struct DPQueue {
     BlockAcctShard *acct;
     EventTimer *ttimer; /* throttled: resumes popping (iothread's loop) */
     bool throttled;     /* iothread: waiting for ttimer, not popping */
+    unsigned unpublished; /* iothread: completions pushed since the last publish */
     DataPlaneQueueStats st;
 } DPQueue;
 
 struct DataPlane {
     VirtIOBlk *blk;
     bool no_flush; /* cache.no-flush */
+    unsigned complete_batch; /* completions per group (see DataPlaneConf) */
     IOThread *iothread;
     EventLoop *loop;
     IOQ *ioq;
@@ -114,6 +116,8 @@ static const BlockAcctType acct_map[] = {
 
 /* ---- completion side ---- */
 
+static void notify_queue(DataPlane *dp, DPQueue *dq);
+
 static void dp_complete(IOQReq *ior, int ret)
 {
     VirtIOBlkReq *req = ior->opaque;
@@ -131,22 +135,37 @@ static void dp_complete(IOQReq *ior, int ret)
     dp->touched |= 1ull << dq->idx;
     stat_add(&dq->st.completed, 1);
     stat_add(&dq->st.inflight, (uint64_t)-1);
+    /*
+     * A completion group is full: let the guest see it now rather than after
+     * the whole reap, so it refills while the rest are reaped. With EVENT_IDX
+     * a guest that has not run since the last interrupt gets no second one.
+     */
+    if (++dq->unpublished >= dp->complete_batch) {
+        notify_queue(dp, dq);
+    }
+}
+
+/* Publish @dq's completions; interrupt the guest if it asked for it. */
+static void notify_queue(DataPlane *dp, DPQueue *dq)
+{
+    uint64_t t0 = __rdtsc();
+
+    dp->touched &= ~(1ull << dq->idx);
+    dq->unpublished = 0;
+    stat_add(&dq->st.publishes, 1);
+    if (virtio_blk_queue_notify(dq->q, &dq->notifier)) {
+        stat_add(&dq->st.irqs, 1);
+    } else {
+        stat_add(&dq->st.irqs_suppressed, 1);
+    }
+    stat_add(&dq->st.cycles_notify, __rdtsc() - t0);
 }
 
 /* Publish completions of the touched queues; at most one interrupt per queue. */
 static void notify_guests(DataPlane *dp)
 {
     while (dp->touched) {
-        DPQueue *dq = &dp->queues[__builtin_ctzll(dp->touched)];
-        uint64_t t0 = __rdtsc();
-
-        dp->touched &= dp->touched - 1;
-        if (virtio_blk_queue_notify(dq->q, &dq->notifier)) {
-            stat_add(&dq->st.irqs, 1);
-        } else {
-            stat_add(&dq->st.irqs_suppressed, 1);
-        }
-        stat_add(&dq->st.cycles_notify, __rdtsc() - t0);
+        notify_queue(dp, &dp->queues[__builtin_ctzll(dp->touched)]);
     }
 }
 
@@ -431,6 +450,7 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
     dp = g_malloc0(sizeof(*dp) + conf->num_queues * sizeof(DPQueue));
     dp->blk = conf->blk;
     dp->no_flush = conf->no_flush;
+    dp->complete_batch = conf->complete_batch ? conf->complete_batch : DATAPLANE_COMPLETE_BATCH;
     dp->iothread = conf->iothread;
     dp->loop = iothread_get_loop(conf->iothread);
     dp->nq = conf->num_queues;
@@ -652,6 +672,7 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
     st->kicks = stat_get(&s->kicks);
     st->irqs = stat_get(&s->irqs);
     st->irqs_suppressed = stat_get(&s->irqs_suppressed);
+    st->publishes = stat_get(&s->publishes);
     st->inflight = stat_get(&s->inflight);
     st->throttle_waits = stat_get(&s->throttle_waits);
     st->cycles_pop = stat_get(&s->cycles_pop);

@@ -398,6 +398,7 @@ static void add_queue_stats(JsonBuilder *b, DataPlane *dp, unsigned q)
     add_int(b, "kicks", (int64_t)st.kicks);
     add_int(b, "interrupts", (int64_t)st.irqs);
     add_int(b, "interrupts-suppressed", (int64_t)st.irqs_suppressed);
+    add_int(b, "used-publishes", (int64_t)st.publishes);
     add_int(b, "in-flight", (int64_t)st.inflight);
     add_int(b, "throttle-waits", (int64_t)st.throttle_waits);
     add_int(b, "cycles-pop", (int64_t)st.cycles_pop);
@@ -591,7 +592,7 @@ static void describe_schema(void)
                         stats, file_stats, stats, file_stats);
     static const char *const queue =
         "{'index': 'int', 'requests': 'int', 'completed': 'int', 'batches': 'int', 'kicks': "
-        "'int', 'interrupts': 'int', 'interrupts-suppressed': 'int', 'in-flight': 'int', "
+        "'int', 'interrupts': 'int', 'interrupts-suppressed': 'int', 'used-publishes': 'int', 'in-flight': 'int', "
         "'throttle-waits': 'int', 'cycles-pop': 'int', 'cycles-submit': 'int', "
         "'cycles-complete': 'int', 'cycles-notify': 'int'}";
     g_autofree char *dataplane = g_strdup_printf(

@@ -49,6 +49,8 @@ struct EventLoop {
     unsigned walking; /* run_once depth; deleted nodes freed at 0 */
     bool nodes_deleted;
     unsigned npoll; /* nodes with a poll callback */
+    unsigned nplain; /* non-internal nodes without one (only epoll_wait sees them) */
+    unsigned wait_skips; /* epoll_waits skipped after polling made progress */
 
     /* Timers (timer.c), owner only. */
     int timerfd;

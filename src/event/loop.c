@@ -79,6 +79,8 @@ static void loop_remove_node(EventLoop *loop, FdNode *node)
     epoll_ctl(loop->epfd, EPOLL_CTL_DEL, node->fd, NULL);
     if (node->ops.poll) {
         loop->npoll--;
+    } else if (!node->internal) {
+        loop->nplain--;
     }
     /* Pending epoll events may still point at the node: free it only when no
      * dispatch is walking the event array. */
@@ -97,6 +99,7 @@ bool loop_add_internal(EventLoop *loop, int fd, EventHandler *read, GError **err
         return false;
     }
     loop_find_node(loop, fd)->internal = true;
+    loop->nplain--; /* counted as plain by event_loop_set_fd_handler */
     return true;
 }
 
@@ -140,11 +143,15 @@ bool event_loop_set_fd_handler(EventLoop *loop, int fd, const EventFdOps *ops, v
         loop->nodes = node;
     } else if (node->ops.poll) {
         loop->npoll--;
+    } else if (!node->internal) {
+        loop->nplain--;
     }
     node->ops = *ops;
     node->opaque = opaque;
     if (ops->poll) {
         loop->npoll++;
+    } else if (!node->internal) {
+        loop->nplain++;
     }
     return true;
 }
@@ -446,6 +453,7 @@ static void loop_adjust_poll(EventLoop *loop, int64_t block_ns)
 /* ---- dispatch ---- */
 
 #define LOOP_BH_PASSES 4 /* rounds of BHs per iteration (BHs scheduling BHs) */
+#define LOOP_WAIT_SKIP_MAX 16 /* at least one epoll_wait per this many polled iterations */
 
 static bool loop_dispatch_events(EventLoop *loop, struct epoll_event *events, int n)
 {
@@ -503,7 +511,18 @@ bool event_loop_run_once(EventLoop *loop, bool blocking)
     if (timeout) {
         __atomic_store_n(&loop->wait_enter_ns, event_clock_ns(), __ATOMIC_RELAXED);
     }
-    n = epoll_wait(loop->epfd, events, LOOP_MAX_EVENTS, timeout);
+    /*
+     * Polling made progress and every fd that wants attention has a poll
+     * handler: skip the non-blocking epoll_wait (a syscall per iteration on
+     * a busy queue), as QEMU's aio_poll does. Every LOOP_WAIT_SKIP_MAX-th
+     * time it still runs, so that an fd's read handler is never starved.
+     */
+    if (progress && loop->nplain == 0 && ++loop->wait_skips % LOOP_WAIT_SKIP_MAX != 0) {
+        n = 0;
+    } else {
+        stat_inc(&loop->stats.epoll_waits);
+        n = epoll_wait(loop->epfd, events, LOOP_MAX_EVENTS, timeout);
+    }
     if (timeout) {
         __atomic_store_n(&loop->wait_leave_ns, event_clock_ns(), __ATOMIC_RELAXED);
     }
@@ -555,6 +574,7 @@ void event_loop_get_stats(EventLoop *loop, EventLoopStats *s)
 {
     s->iterations = __atomic_load_n(&loop->stats.iterations, __ATOMIC_RELAXED);
     s->blocking_waits = __atomic_load_n(&loop->stats.blocking_waits, __ATOMIC_RELAXED);
+    s->epoll_waits = __atomic_load_n(&loop->stats.epoll_waits, __ATOMIC_RELAXED);
     s->notify_writes = __atomic_load_n(&loop->stats.notify_writes, __ATOMIC_RELAXED);
     s->notify_skipped = __atomic_load_n(&loop->stats.notify_skipped, __ATOMIC_RELAXED);
     s->bh_runs = __atomic_load_n(&loop->stats.bh_runs, __ATOMIC_RELAXED);

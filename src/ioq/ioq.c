@@ -328,7 +328,11 @@ void ioq_clear_fd(IOQ *ioq)
 
     IOQ_ASSERT_THREAD(ioq);
     /* EAGAIN: nothing was signalled; the reap that follows finds what there is. */
-    if (!ioq->engine->own_fd && read(ioq->efd, &cnt, sizeof(cnt)) < 0) {
+    if (ioq->engine->own_fd) {
+        return;
+    }
+    ioq_stat_add(&ioq->stats.efd_reads, 1);
+    if (read(ioq->efd, &cnt, sizeof(cnt)) < 0) {
         return;
     }
 }
@@ -674,4 +678,5 @@ void ioq_get_stats(IOQ *ioq, IOQStats *s)
     s->helper_ops = __atomic_load_n(&ioq->stats.helper_ops, __ATOMIC_RELAXED);
     s->inflight = __atomic_load_n(&ioq->stats.inflight, __ATOMIC_RELAXED);
     s->fua_flushes = __atomic_load_n(&ioq->stats.fua_flushes, __ATOMIC_RELAXED);
+    s->efd_reads = __atomic_load_n(&ioq->stats.efd_reads, __ATOMIC_RELAXED);
 }

@@ -192,6 +192,8 @@ int main(int argc, char **argv)
     DpSwitch *sw = NULL;
     unsigned qd = 32, secs = 5;
     long long poll_ns = 0;
+    uint64_t halt_poll_ns = 0; /* driver: spin on the used ring before sleeping */
+    uint64_t drv_kicks = 0, drv_sleeps = 0, drv_halt_hits = 0;
     DpFixOpts o = {0};
     DpFix *f;
     Slot *slots;
@@ -221,6 +223,10 @@ int main(int argc, char **argv)
             ml.glib = !strcmp(argv[i + 1], "glib");
         } else if (!strcmp(argv[i], "--iothread-cpu")) {
             iothread_cpu = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--complete-batch")) {
+            o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
+        } else if (!strcmp(argv[i], "--halt-poll-us")) {
+            halt_poll_ns = (uint64_t)atoll(argv[i + 1]) * 1000;
         } else {
             fprintf(stderr, "bench-dataplane: unknown option %s\n", argv[i]);
             return 1;
@@ -350,7 +356,7 @@ int main(int argc, char **argv)
             }
         }
         if (reaped) {
-            testvq_kick(f->tvq);
+            drv_kicks += testvq_kick(f->tvq);
             if (t >= end && testvq_free_descs(f->tvq) == o.queue_size) {
                 break;
             }
@@ -359,7 +365,25 @@ int main(int argc, char **argv)
         if (now_ns() >= end && testvq_free_descs(f->tvq) == o.queue_size) {
             break;
         }
-        /* Nothing to reap: sleep on the guest notifier like a guest waits for its interrupt. */
+        /*
+         * Nothing to reap. With --halt-poll-us the driver first spins on the
+         * used index, as KVM's halt-polling keeps a halted vCPU on its CPU for
+         * a few microseconds; then it sleeps on the guest notifier like a
+         * guest waits for its interrupt.
+         */
+        if (halt_poll_ns) {
+            uint64_t until = now_ns() + halt_poll_ns;
+            uint16_t seen = testvq_used_idx(f->tvq);
+
+            while (testvq_used_idx(f->tvq) == seen && now_ns() < until) {
+                __builtin_ia32_pause();
+            }
+            if (testvq_used_idx(f->tvq) != seen) {
+                drv_halt_hits++;
+                continue;
+            }
+        }
+        drv_sleeps++;
         if (poll(&pfd, 1, 1000) > 0) {
             uint64_t cnt;
 
@@ -397,6 +421,30 @@ int main(int argc, char **argv)
     dataplane_get_queue_stats(f->dp, 0, &st);
     {
         double own = (double)(st.cycles_pop + st.cycles_complete + st.cycles_notify);
+        double r = (double)(st.requests ? st.requests : 1);
+        IOQStats is;
+        EventLoopStats ls;
+
+        /*
+         * Syscalls per request, from counters. Iothread: kick eventfd reads,
+         * submits (io_submit / io_uring_enter), completion eventfd reads,
+         * epoll_wait, irqfd writes. Driver: kick writes, sleeps in poll()
+         * (each followed by a read of the interrupt eventfd).
+         */
+        dataplane_get_ioq_stats(f->dp, &is);
+        event_loop_get_stats(iothread_get_loop(f->iothread), &ls);
+        fprintf(stderr,
+                "syscalls per request: iothread kick-reads %.3f submits %.3f completion-efd-reads "
+                "%.3f epoll_waits %.3f (blocking %.3f) irq-writes %.3f = %.3f; driver kicks %.3f "
+                "sleeps %.3f (halt-poll hits %.3f); used publishes %.3f\n",
+                (double)st.kicks / r, (double)is.batches / r, (double)is.efd_reads / r,
+                (double)ls.epoll_waits / r, (double)ls.blocking_waits / r, (double)st.irqs / r,
+                (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
+                (double)drv_kicks / r, (double)drv_sleeps / r, (double)drv_halt_hits / r,
+                (double)st.publishes / r);
+        printf("SYSCALLS iothread_per_req=%.3f driver_per_req=%.3f\n",
+               (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
+               (double)(drv_kicks + 2 * drv_sleeps) / r);
 
         printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=%.0f "
                "cycles_total_per_req=%.0f reqs_per_batch=%.2f irqs_per_req=%.3f "

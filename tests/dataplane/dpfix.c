@@ -100,6 +100,7 @@ DpFix *dpfix_new(const DpFixOpts *o)
     dc.iothread = f->iothread;
     dc.num_queues = 1;
     dc.queue_size = f->o.queue_size;
+    dc.complete_batch = f->o.complete_batch;
     dc.ioq.engine = f->o.engine;
     dc.ioq.fd = f->fd;
     dc.ioq.direct = f->direct_ok;

@@ -23,6 +23,7 @@ typedef struct DpFixOpts {
     bool writethrough; /* negotiate without FLUSH/CONFIG_WCE: writethrough */
     uint64_t ram_size; /* guest RAM (default 64 MiB) */
     IOQNbdConfig nbd;  /* engine "nbd": the server */
+    unsigned complete_batch; /* DataPlaneConf.complete_batch (0: default) */
 } DpFixOpts;
 
 typedef struct DpFix {
