@@ -436,6 +436,78 @@ static void test_adaptive_poll(void)
     event_loop_free(loop);
 }
 
+static bool poll_always(void *opaque)
+{
+    ((PollState *)opaque)->polls++;
+    return true;
+}
+
+static void plain_read(void *opaque)
+{
+    PollState *s = opaque;
+
+    event_notifier_test_and_clear(&s->e);
+    s->reads++;
+}
+
+/*
+ * While polling makes progress, the loop skips its non-blocking epoll_wait
+ * (a syscall per iteration) except every 16th iteration; an fd without a
+ * poll handler turns the skipping off, so its read handler is never starved.
+ */
+static void test_poll_skips_epoll_wait(void)
+{
+    EventLoop *loop = new_loop();
+    PollState s = {0}, plain = {0};
+    EventFdOps ops = {.read = poll_read, .poll = poll_always};
+    EventFdOps plain_ops = {.read = plain_read};
+    EventLoopStats before, after;
+
+    g_assert_true(event_notifier_init(&s.e, false, NULL));
+    g_assert_true(event_loop_set_fd_handler(loop, s.e.fd, &ops, &s, NULL));
+    event_loop_set_poll_params(loop, 1000000, 0, 0);
+    /* One wakeup through the fd starts the adaptive poll time. */
+    event_notifier_set(&s.e);
+    event_loop_run_once(loop, true);
+    g_assert_cmpint(s.reads, ==, 1);
+
+    event_loop_get_stats(loop, &before);
+    for (int i = 0; i < 64; i++) {
+        g_assert_true(event_loop_run_once(loop, true));
+    }
+    event_loop_get_stats(loop, &after);
+    g_assert_cmpuint(after.poll_success - before.poll_success, ==, 64);
+    g_assert_cmpuint(after.epoll_waits - before.epoll_waits, >=, 3);
+    g_assert_cmpuint(after.epoll_waits - before.epoll_waits, <=, 5);
+
+    /* A readable fd that only epoll_wait can see: dispatched at once. */
+    g_assert_true(event_notifier_init(&plain.e, false, NULL));
+    g_assert_true(event_loop_set_fd_handler(loop, plain.e.fd, &plain_ops, &plain, NULL));
+    event_notifier_set(&plain.e);
+    event_loop_get_stats(loop, &before);
+    event_loop_run_once(loop, true);
+    g_assert_cmpint(plain.reads, ==, 1);
+    for (int i = 0; i < 16; i++) {
+        event_loop_run_once(loop, true);
+    }
+    event_loop_get_stats(loop, &after);
+    g_assert_cmpuint(after.epoll_waits - before.epoll_waits, ==, 17);
+
+    /* Removed again: skipping resumes. */
+    event_loop_set_fd_handler(loop, plain.e.fd, NULL, NULL, NULL);
+    event_loop_get_stats(loop, &before);
+    for (int i = 0; i < 32; i++) {
+        event_loop_run_once(loop, true);
+    }
+    event_loop_get_stats(loop, &after);
+    g_assert_cmpuint(after.epoll_waits - before.epoll_waits, <=, 3);
+
+    event_loop_set_fd_handler(loop, s.e.fd, NULL, NULL, NULL);
+    event_notifier_cleanup(&plain.e);
+    event_notifier_cleanup(&s.e);
+    event_loop_free(loop);
+}
+
 /* ---- GSource embedding ---- */
 
 static void test_gsource(void)
@@ -637,6 +709,7 @@ int main(int argc, char **argv)
     g_test_add_func("/event/timers", test_timers);
     g_test_add_func("/event/notify-skip", test_notify_skip);
     g_test_add_func("/event/adaptive-poll", test_adaptive_poll);
+    g_test_add_func("/event/poll-skips-epoll-wait", test_poll_skips_epoll_wait);
     g_test_add_func("/event/gsource", test_gsource);
     g_test_add_func("/event/iothread", test_iothread);
     g_test_add_func("/event/iothread-debug-state", test_iothread_debug_state);
