@@ -15,6 +15,8 @@ int machine_main_loop(Machine *m, bool started_paused, bool have_qmp);
  * with status 1 and a message (SIGALRM). Context: main thread, main loop ended
  */
 void machine_exit_watchdog_arm(void);
+/* The signal (SIGINT, SIGTERM, SIGHUP) that ended the VM, or 0. Context: main thread */
+int machine_exit_signal(void);
 /*
  * Machine reset minus the vCPU pause: every device to power-on state, boot images
  * reloaded, in-kernel chips and vCPUs restored, BSP at the kernel entry.

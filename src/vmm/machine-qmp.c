@@ -530,8 +530,15 @@ static void machine_emit_exit(VmExitReason reason)
         qmp_run_state_set(QMP_RUN_STATE_INTERNAL_ERROR);
         qmp_emit_shutdown(false, "host-error");
         break;
+    case VM_EXIT_QUIT:
+        /* The quit command said so itself; a signal is reported here, as QEMU does. */
+        if (machine_exit_signal()) {
+            qmp_run_state_set(QMP_RUN_STATE_SHUTDOWN);
+            qmp_emit_shutdown(false, "host-signal");
+        }
+        break;
     default:
-        break; /* quit: the quit command or a signal; QMP already said so */
+        break;
     }
 }
 

@@ -373,6 +373,7 @@ EventLoop *machine_event_loop(Machine *m)
 #define MACHINE_SIGNAL_GRACE_S 15
 
 static volatile sig_atomic_t machine_signals;
+static volatile sig_atomic_t machine_first_signal; /* its number, for SHUTDOWN host-signal */
 
 static void machine_signal_write(const char *s)
 {
@@ -425,6 +426,7 @@ static void machine_on_signal(int sig, siginfo_t *si, void *uc)
         machine_signal_write("vblk: second signal during shutdown; exiting now\n");
         _exit(1);
     }
+    machine_first_signal = sig;
     machine_signal_write("vblk: terminating on signal ");
     machine_signal_write(machine_signal_itoa(sig, num));
     if (si && si->si_code == SI_USER) {
@@ -452,6 +454,12 @@ static void machine_print_stats(Vm *vm)
 }
 
 /* Context: main thread (after the main loop has ended) */
+/* Context: main thread */
+int machine_exit_signal(void)
+{
+    return machine_first_signal;
+}
+
 void machine_exit_watchdog_arm(void)
 {
     unsigned left = alarm(MACHINE_SIGNAL_GRACE_S);

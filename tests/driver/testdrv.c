@@ -116,10 +116,9 @@ uint64_t testdrv_ram_end(TestDrv *d)
 
 uint64_t testdrv_alloc(TestDrv *d, uint64_t size, uint64_t align)
 {
-    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
-
     align = align ? align : 16;
     g_assert((align & (align - 1)) == 0);
+    g_mutex_lock(&d->alloc_lock);
     for (unsigned i = 0; i < d->nregions; i++) {
         const GuestMemRegion *r = &d->regions[i];
         uint64_t limit = r->gpa + r->size - TESTDRV_TAIL_RESERVE;
@@ -128,6 +127,7 @@ uint64_t testdrv_alloc(TestDrv *d, uint64_t size, uint64_t align)
         start = (start + align - 1) & ~(align - 1);
         if (d->next_gpa < limit && start <= limit && size <= limit - start) {
             d->next_gpa = start + size;
+            g_mutex_unlock(&d->alloc_lock);
             return start;
         }
     }
@@ -142,16 +142,19 @@ uint64_t testdrv_alloc_at_region_end(TestDrv *d, unsigned i, uint64_t size)
 
 uint64_t testdrv_alloc_mark(TestDrv *d)
 {
-    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
+    uint64_t mark;
 
-    return d->next_gpa;
+    g_mutex_lock(&d->alloc_lock);
+    mark = d->next_gpa;
+    g_mutex_unlock(&d->alloc_lock);
+    return mark;
 }
 
 void testdrv_alloc_reset(TestDrv *d, uint64_t mark)
 {
-    g_autoptr(GMutexLocker) locker = g_mutex_locker_new(&d->alloc_lock);
-
+    g_mutex_lock(&d->alloc_lock);
     d->next_gpa = mark;
+    g_mutex_unlock(&d->alloc_lock);
 }
 
 /* Host iovecs for a RAM range; the test asserts it is RAM. */

@@ -605,26 +605,28 @@ fi
 }
 
 # 16. SIGTERM ends vblk as QEMU's does: the message names the signal and the
-# sender, the guest stops, vblk exits 0, well within the 15 s shutdown grace.
+# sender, QMP gets SHUTDOWN with reason host-signal, the guest stops, vblk
+# exits 0, well within the 15 s shutdown grace.
 s16() {
 truncate -s 64M "$dir/sig.img"
-"$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -kernel "$VBLK_L2_KERNEL" \
-    -initrd "$VBLK_L2_INITRD" -append "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=32M" \
-    -drive "$(drive drive0 "$dir/sig.img" aio=native)" \
-    -device virtio-blk-pci,drive=drive0,x-data-plane=on >"$dir/sig.log" 2>&1 &
-vpid=$!
-wait_log "$dir/sig.log" VBLK-FIO-JOB 120
+vblk_qmp_launch "$dir/sig.log" "VBLK-FIO-JOB 120" "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=32M" \
+    -smp 1 -drive "$(drive drive0 "$dir/sig.img" aio=native)" \
+    -device virtio-blk-pci,drive=drive0,x-data-plane=on
+sleep 1
 kill -TERM "$vpid"
 t0=$(date +%s)
 i=0; while kill -0 "$vpid" 2>/dev/null && [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); done
 kill -9 "$vpid" 2>/dev/null
 wait "$vpid"; rc=$?
 took=$(($(date +%s) - t0))
+qmp_close
 echo "# SIGTERM during fio: vblk exited $rc after $took s"
-if [ $rc -eq 0 ] && [ $took -le 15 ] && grep -q "vblk: terminating on signal 15 from pid $$" "$dir/sig.log"; then
-    ok "SIGTERM during guest I/O: 'terminating on signal 15 from pid', exit 0 within 15 s"
+if [ $rc -eq 0 ] && [ $took -le 15 ] && grep -q "vblk: terminating on signal 15 from pid $$" "$dir/sig.log" &&
+    grep -q '"reason": "host-signal"' "$dir/qmp.out"; then
+    ok "SIGTERM during guest I/O: 'terminating on signal 15 from pid', SHUTDOWN host-signal, exit 0 within 15 s"
 else
     nok "SIGTERM during guest I/O (rc=$rc after $took s)" "$dir/sig.log"
+    tail -c 600 "$dir/qmp.out" | sed 's/^/#   /'
 fi
 }
 
