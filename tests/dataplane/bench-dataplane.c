@@ -442,19 +442,18 @@ int main(int argc, char **argv)
                 (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
                 (double)drv_kicks / r, (double)drv_sleeps / r, (double)drv_halt_hits / r,
                 (double)st.publishes / r);
-        printf("SYSCALLS iothread_per_req=%.3f driver_per_req=%.3f\n",
-               (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
-               (double)(drv_kicks + 2 * drv_sleeps) / r);
 
         printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=%.0f "
                "cycles_total_per_req=%.0f reqs_per_batch=%.2f irqs_per_req=%.3f "
-               "kicks_per_req=%.3f requests=%" PRIu64 "\n",
+               "kicks_per_req=%.3f requests=%" PRIu64 " sys_iothread_per_req=%.3f "
+               "sys_driver_per_req=%.3f\n",
                (double)done * 1e9 / (double)(end - start), (double)lat_sum / (double)done / 1000.0,
                p99_us(hist, done), own / (double)st.requests,
                (own + (double)st.cycles_submit) / (double)st.requests,
                (double)st.requests / (double)(st.batches ? st.batches : 1),
                (double)st.irqs / (double)st.completed, (double)st.kicks / (double)st.requests,
-               done);
+               done, (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
+               (double)(drv_kicks + 2 * drv_sleeps) / r);
     }
     dpfix_stop(f);
 out:
