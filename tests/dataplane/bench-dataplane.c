@@ -155,8 +155,7 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
 
     *loop = event_loop_new(&err);
     g_assert_no_error(err);
-    optstr = !strcmp(f->o.engine, "nbd")
-                 ? g_strdup_printf("file=%s,format=raw", f->o.path)
+    optstr = !strcmp(f->o.engine, "nbd") ? g_strdup_printf("file=%s,format=raw", f->o.path)
              : f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
                          : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
     opts = blk_opts_parse(optstr);
@@ -171,8 +170,8 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
                                        .backend = *backend,
                                        .iothread = f->iothread,
                                        .ioq = {.engine = !strcmp(f->o.engine, "nbd") ? "nbd"
-                                                         : f->fd < 0                  ? "null"
-                                                                                      : "io_uring",
+                                                         : f->fd < 0                 ? "null"
+                                                                                     : "io_uring",
                                                .fd = f->fd,
                                                .direct = f->direct_ok,
                                                .logical_block_size = 512,
@@ -301,20 +300,19 @@ static MDev *mdev_new(const char *backend, const char *aio, const char *file, un
         fprintf(stderr, "bench-dataplane: %s: %s\n", optstr, err->message);
         exit(1);
     }
-    m->sw = dp_switch_new(
-        &(DpSwitchConf){.blk = m->blk,
-                        .main_loop = loop,
-                        .backend = m->be,
-                        .iothread = it,
-                        .ioq = {.engine = null                       ? "null"
-                                          : strcmp(aio, "threads") ? aio
-                                                                   : "io_uring",
-                                .fd = m->fd,
-                                .direct = !null,
-                                .logical_block_size = 512},
-                        .num_queues = nq,
-                        .queue_size = MQ_SIZE},
-        &err);
+    m->sw = dp_switch_new(&(DpSwitchConf){.blk = m->blk,
+                                          .main_loop = loop,
+                                          .backend = m->be,
+                                          .iothread = it,
+                                          .ioq = {.engine = null                     ? "null"
+                                                            : strcmp(aio, "threads") ? aio
+                                                                                     : "io_uring",
+                                                  .fd = m->fd,
+                                                  .direct = !null,
+                                                  .logical_block_size = 512},
+                                          .num_queues = nq,
+                                          .queue_size = MQ_SIZE},
+                          &err);
     g_assert_no_error(err);
     g_assert_true(dp_switch_start(m->sw, dataplane, dq, nq, &err));
     return m;
@@ -445,8 +443,8 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
                     uint8_t s = testdrv_readb(m->d, q->slots[k].status);
 
                     if (s != VIRTIO_BLK_S_OK) {
-                        fprintf(stderr, "bench-dataplane: request failed (status %u len %u)\n",
-                                s, len);
+                        fprintf(stderr, "bench-dataplane: request failed (status %u len %u)\n", s,
+                                len);
                         return 1;
                     }
                     if (t <= end) {
@@ -638,12 +636,13 @@ int main(int argc, char **argv)
         mo.qd = qd;
         mo.secs = secs;
         mo.poll_ns = poll_ns;
-        if (mo.nq < 1 || mo.nq > DATAPLANE_MAX_QUEUES || mo.qd * mo.nq > 128 ||
-            mo.busy_qd < 1 || mo.busy_qd > 128 || mo.busy_devs > 16 || !mo.bs || mo.bs % 512 ||
-            mo.bs > (1u << 20) || !mo.busy_bs || mo.busy_bs % 512 || mo.busy_bs > (1u << 20)) {
-            fprintf(stderr, "bench-dataplane: --queues 1..%d, --qd x --queues <= 128, --busy-qd "
-                            "1..128, --busy-devs 0..16, --bs/--busy-bs multiples of 512 up to "
-                            "1 MiB\n",
+        if (mo.nq < 1 || mo.nq > DATAPLANE_MAX_QUEUES || mo.qd * mo.nq > 128 || mo.busy_qd < 1 ||
+            mo.busy_qd > 128 || mo.busy_devs > 16 || !mo.bs || mo.bs % 512 || mo.bs > (1u << 20) ||
+            !mo.busy_bs || mo.busy_bs % 512 || mo.busy_bs > (1u << 20)) {
+            fprintf(stderr,
+                    "bench-dataplane: --queues 1..%d, --qd x --queues <= 128, --busy-qd "
+                    "1..128, --busy-devs 0..16, --bs/--busy-bs multiples of 512 up to "
+                    "1 MiB\n",
                     DATAPLANE_MAX_QUEUES);
             return 1;
         }
