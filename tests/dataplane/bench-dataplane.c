@@ -18,8 +18,17 @@
  * instead: a DpSwitch started on the block layer, whose main loop runs on a
  * thread of its own (pinned like the iothread); its per-stage counters are
  * "na" there.
+ *
+ * --queues N, --bs BYTES, --rw randread|randwrite and --busy-devs N (with
+ * --busy-qd, --busy-bs, --busy-rw, --busy-backend null|file) select the
+ * multi-queue, multi-device run below (run_multi): --qd is then per queue,
+ * the backend null or file, and RESULT also carries busy_iops= (what the
+ * busy devices completed per second) and the shape of the run. It measures
+ * the seeds' experiments (scripts/bench-dataplane): 8 KiB randread QD8 on
+ * each of 4 queues, and 16 KiB randwrite QD50 beside busy block-layer devices.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -146,8 +155,7 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
 
     *loop = event_loop_new(&err);
     g_assert_no_error(err);
-    optstr = !strcmp(f->o.engine, "nbd")
-                 ? g_strdup_printf("file=%s,format=raw", f->o.path)
+    optstr = !strcmp(f->o.engine, "nbd") ? g_strdup_printf("file=%s,format=raw", f->o.path)
              : f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
                          : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
     opts = blk_opts_parse(optstr);
@@ -162,8 +170,8 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
                                        .backend = *backend,
                                        .iothread = f->iothread,
                                        .ioq = {.engine = !strcmp(f->o.engine, "nbd") ? "nbd"
-                                                         : f->fd < 0                  ? "null"
-                                                                                      : "io_uring",
+                                                         : f->fd < 0                 ? "null"
+                                                                                     : "io_uring",
                                                .fd = f->fd,
                                                .direct = f->direct_ok,
                                                .logical_block_size = 512,
@@ -180,6 +188,366 @@ typedef struct Slot {
     uint64_t hdr, data, status;
     uint64_t t0;
 } Slot;
+
+/*
+ * ---- Several queues and several devices (the seeds' experiments) ----
+ *
+ * One guest thread drives every queue of every device: it keeps @qd requests
+ * of @bs bytes in flight on each queue, reaps what completed on all of them,
+ * and sleeps in one poll() over all their guest notifiers when nothing is
+ * left to reap. Each device has its own guest RAM (its own "VM"), its own
+ * VirtIOBlk and a DpSwitch started on the path asked for. All block-layer
+ * devices share one main loop (one thread), all dataplane devices one
+ * iothread, as one VMM with one iothread would.
+ *
+ * The measured device (--queues, --qd, --bs, --rw, --path) is the one the
+ * RESULT line reports. --busy-devs N adds N more devices, always on the
+ * block-layer path, each keeping --busy-qd requests of --busy-bs bytes in
+ * flight (--busy-rw, --busy-backend null|file): they keep the main loop busy
+ * whatever path the measured device takes.
+ */
+typedef struct MQueue {
+    TestVq *tvq;
+    VirtQueue *vq;
+    VirtIOBlkQueue *q;
+    Slot *slots;
+    int *slot_of_head;
+    GRand *rnd;
+} MQueue;
+
+typedef struct MDev {
+    TestDrv *d;
+    VirtIOBlk *blk;
+    unsigned nq, qd, bs;
+    bool write;
+    bool measured;
+    uint64_t nsect;
+    int fd;
+    BlockBackend *be;
+    DpSwitch *sw;
+    MQueue q[DATAPLANE_MAX_QUEUES];
+} MDev;
+
+#define MQ_SIZE 256
+
+static MDev *mdev_new(const char *backend, const char *aio, const char *file, unsigned nq,
+                      unsigned qd, unsigned bs, bool write, bool dataplane, EventLoop *loop,
+                      IOThread *it, unsigned seed)
+{
+    MDev *m = g_new0(MDev, 1);
+    TestDrvOpts dopts = {.ram_size = 64 << 20};
+    DataPlaneQueue dq[DATAPLANE_MAX_QUEUES];
+    bool null = !strcmp(backend, "null");
+    g_autofree char *optstr = NULL;
+    VirtIOBlkConf conf;
+    GError *err = NULL;
+    GHashTable *opts;
+    uint64_t features, size = 1ull << 30;
+
+    m->nq = nq;
+    m->qd = qd;
+    m->bs = bs;
+    m->write = write;
+    m->fd = -1;
+    if (!null) {
+        m->fd = open(file, O_RDWR | O_CLOEXEC | O_DIRECT);
+        if (m->fd < 0) {
+            fprintf(stderr, "bench-dataplane: cannot open %s: %s\n", file, strerror(errno));
+            exit(1);
+        }
+        size = (uint64_t)lseek(m->fd, 0, SEEK_END);
+    }
+    m->nsect = size / 512;
+    m->d = testdrv_new(&dopts);
+    virtio_blk_conf_init(&conf, m->nsect);
+    conf.num_queues = (uint16_t)nq;
+    conf.queue_size = MQ_SIZE;
+    m->blk = virtio_blk_new(&conf, &err);
+    g_assert_no_error(err);
+    features = testdrv_negotiate(virtio_blk_get_host_features(m->blk), ~0ull);
+    g_assert_true(virtio_blk_set_features(m->blk, features, &err));
+    for (unsigned i = 0; i < nq; i++) {
+        MQueue *q = &m->q[i];
+
+        q->tvq = testvq_new(m->d, MQ_SIZE, features);
+        q->vq = virtqueue_new(testdrv_guestmem(m->d), MQ_SIZE, testvq_desc_gpa(q->tvq),
+                              testvq_avail_gpa(q->tvq), testvq_used_gpa(q->tvq), features, &err);
+        g_assert_no_error(err);
+        q->q = virtio_blk_queue_new(m->blk, q->vq, NULL, NULL, &err);
+        g_assert_no_error(err);
+        q->slots = g_new0(Slot, qd);
+        q->slot_of_head = g_new0(int, MQ_SIZE);
+        q->rnd = g_rand_new_with_seed(seed * 64 + i);
+        for (unsigned k = 0; k < qd; k++) {
+            uint8_t ff = 0xff;
+
+            q->slots[k].hdr = testdrv_alloc(m->d, 16, 16);
+            q->slots[k].data = testdrv_alloc(m->d, bs, 4096);
+            q->slots[k].status = testdrv_alloc(m->d, 1, 1);
+            testdrv_memset(m->d, q->slots[k].data, 0x5a, bs);
+            testdrv_memwrite(m->d, q->slots[k].status, &ff, 1);
+        }
+        dq[i] = (DataPlaneQueue){.q = q->q,
+                                 .host_notifier = testvq_kick_fd(q->tvq),
+                                 .notifier = {.fd = testvq_call_fd(q->tvq)}};
+    }
+    optstr = null ? g_strdup_printf("file=null-co://,size=%" PRIu64, size)
+                  : g_strdup_printf("file=%s,cache=none,aio=%s", file, aio);
+    opts = blk_opts_parse(optstr);
+    m->be = blk_new_from_drive_opts(opts, loop, &err);
+    g_hash_table_unref(opts);
+    if (!m->be) {
+        fprintf(stderr, "bench-dataplane: %s: %s\n", optstr, err->message);
+        exit(1);
+    }
+    m->sw = dp_switch_new(&(DpSwitchConf){.blk = m->blk,
+                                          .main_loop = loop,
+                                          .backend = m->be,
+                                          .iothread = it,
+                                          .ioq = {.engine = null                     ? "null"
+                                                            : strcmp(aio, "threads") ? aio
+                                                                                     : "io_uring",
+                                                  .fd = m->fd,
+                                                  .direct = !null,
+                                                  .logical_block_size = 512},
+                                          .num_queues = nq,
+                                          .queue_size = MQ_SIZE},
+                          &err);
+    g_assert_no_error(err);
+    g_assert_true(dp_switch_start(m->sw, dataplane, dq, nq, &err));
+    return m;
+}
+
+static void mdev_free(MDev *m)
+{
+    dp_switch_stop(m->sw);
+    dp_switch_free(m->sw);
+    blk_unref(m->be);
+    for (unsigned i = 0; i < m->nq; i++) {
+        virtio_blk_queue_free(m->q[i].q);
+        virtqueue_free(m->q[i].vq);
+        testvq_free(m->q[i].tvq);
+        g_free(m->q[i].slots);
+        g_free(m->q[i].slot_of_head);
+        g_rand_free(m->q[i].rnd);
+    }
+    virtio_blk_free(m->blk);
+    testdrv_free(m->d);
+    if (m->fd >= 0) {
+        close(m->fd);
+    }
+    g_free(m);
+}
+
+/* Build, publish (not kick) the request of slot @k: a random aligned @bs-byte read or write. */
+static void mdev_submit(MDev *m, MQueue *q, unsigned k)
+{
+    uint32_t spb = m->bs / 512;
+    struct virtio_blk_outhdr h = {
+        .type = htole32(m->write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN),
+        .sector = htole64((uint64_t)g_rand_int_range(q->rnd, 0, (gint32)(m->nsect / spb)) * spb)};
+    TestBuf b[3] = {{q->slots[k].hdr, 16, false},
+                    {q->slots[k].data, m->bs, !m->write},
+                    {q->slots[k].status, 1, true}};
+    int hd;
+
+    testdrv_memwrite(m->d, q->slots[k].hdr, &h, sizeof(h));
+    hd = testvq_add_chain(q->tvq, b, 3);
+    if (hd < 0) {
+        fprintf(stderr, "bench-dataplane: ring full\n");
+        exit(1);
+    }
+    q->slot_of_head[hd] = (int)k;
+    q->slots[k].t0 = now_ns();
+    testvq_publish(q->tvq, (uint16_t)hd);
+}
+
+typedef struct MultiOpts {
+    const char *backend, *aio, *file, *path;
+    unsigned nq, qd, bs, secs;
+    bool write;
+    unsigned busy_devs, busy_qd, busy_bs;
+    bool busy_write;
+    const char *busy_backend;
+    long long poll_ns;
+} MultiOpts;
+
+static int run_multi(const MultiOpts *o, MainLoopThread *ml)
+{
+    unsigned ndev = 1 + o->busy_devs, nfd = 0;
+    MDev **devs = g_new0(MDev *, ndev);
+    struct pollfd *pfd;
+    uint64_t *hist = calloc(HIST_US + 1, sizeof(uint64_t));
+    uint64_t done = 0, busy_done = 0, lat_sum = 0, start, end;
+    GThread *ml_thread;
+    IOThread *it;
+    GError *err = NULL;
+    bool dataplane = !strcmp(o->path, "dataplane");
+
+    it = iothread_new("bench", &err);
+    g_assert_no_error(err);
+    if (iothread_cpu >= 0) {
+        iothread_run_sync(it, pin_self, &iothread_cpu);
+    }
+    event_loop_set_poll_params(iothread_get_loop(it), o->poll_ns, 0, 0);
+    ml->loop = event_loop_new(&err);
+    g_assert_no_error(err);
+    event_loop_set_poll_params(ml->loop, o->poll_ns, 0, 0);
+    devs[0] = mdev_new(o->backend, o->aio, o->file, o->nq, o->qd, o->bs, o->write, dataplane,
+                       ml->loop, it, 1);
+    devs[0]->measured = true;
+    for (unsigned i = 1; i < ndev; i++) {
+        devs[i] = mdev_new(o->busy_backend, o->aio, o->file, 1, o->busy_qd, o->busy_bs,
+                           o->busy_write, false, ml->loop, it, 1 + i);
+    }
+    /* The main loop runs whatever the measured path: the busy devices need it. */
+    ml_thread = g_thread_new("main-loop", main_loop_thread, ml);
+    for (unsigned i = 0; i < ndev; i++) {
+        nfd += devs[i]->nq;
+    }
+    pfd = g_new0(struct pollfd, nfd);
+    nfd = 0;
+    for (unsigned i = 0; i < ndev; i++) {
+        for (unsigned j = 0; j < devs[i]->nq; j++) {
+            pfd[nfd].fd = testvq_call_fd(devs[i]->q[j].tvq);
+            pfd[nfd++].events = POLLIN;
+        }
+    }
+
+    start = now_ns();
+    end = start + (uint64_t)o->secs * 1000000000ull;
+    for (unsigned i = 0; i < ndev; i++) {
+        for (unsigned j = 0; j < devs[i]->nq; j++) {
+            for (unsigned k = 0; k < devs[i]->qd; k++) {
+                mdev_submit(devs[i], &devs[i]->q[j], k);
+            }
+            testvq_kick(devs[i]->q[j].tvq);
+        }
+    }
+    for (;;) {
+        bool past = now_ns() >= end, idle = true;
+        unsigned reaped = 0;
+
+        for (unsigned i = 0; i < ndev; i++) {
+            MDev *m = devs[i];
+
+            for (unsigned j = 0; j < m->nq; j++) {
+                MQueue *q = &m->q[j];
+                unsigned n = 0;
+                uint16_t head;
+                uint32_t len;
+
+                while (testvq_get_used(q->tvq, &head, &len)) {
+                    int k = q->slot_of_head[head];
+                    uint64_t t = now_ns(), lat = t - q->slots[k].t0;
+                    uint8_t s = testdrv_readb(m->d, q->slots[k].status);
+
+                    if (s != VIRTIO_BLK_S_OK) {
+                        fprintf(stderr, "bench-dataplane: request failed (status %u len %u)\n", s,
+                                len);
+                        return 1;
+                    }
+                    if (t <= end) {
+                        if (m->measured) {
+                            lat_sum += lat;
+                            hist[lat / 1000 < HIST_US ? lat / 1000 : HIST_US]++;
+                            done++;
+                        } else {
+                            busy_done++;
+                        }
+                    }
+                    n++;
+                    if (!past) {
+                        mdev_submit(m, q, (unsigned)k);
+                    }
+                }
+                if (n) {
+                    testvq_kick(q->tvq);
+                }
+                reaped += n;
+                if (testvq_free_descs(q->tvq) != MQ_SIZE) {
+                    idle = false;
+                }
+            }
+        }
+        if (past && idle) {
+            break;
+        }
+        if (reaped) {
+            continue;
+        }
+        /* Nothing to reap: wait for any interrupt, as a guest's idle vCPU. */
+        if (poll(pfd, nfd, 1000) > 0) {
+            for (unsigned i = 0; i < nfd; i++) {
+                uint64_t cnt;
+
+                if ((pfd[i].revents & POLLIN) && read(pfd[i].fd, &cnt, sizeof(cnt)) < 0 &&
+                    errno != EAGAIN) {
+                    return 1;
+                }
+            }
+        }
+    }
+    if (!done) {
+        fprintf(stderr, "bench-dataplane: no request completed\n");
+        return 1;
+    }
+    {
+        double secs = (double)(end - start) / 1e9;
+        char cyc[32] = "na", cyct[32] = "na", bat[32] = "na", irq[32] = "na", kick[32] = "na";
+        EventLoopStats ls;
+
+        if (dataplane) {
+            DataPlaneQueueStats sum = {0}, st;
+            double own;
+
+            for (unsigned j = 0; j < devs[0]->nq; j++) {
+                dataplane_get_queue_stats(dp_switch_dataplane(devs[0]->sw), j, &st);
+                sum.requests += st.requests;
+                sum.completed += st.completed;
+                sum.batches += st.batches;
+                sum.irqs += st.irqs;
+                sum.kicks += st.kicks;
+                sum.cycles_pop += st.cycles_pop;
+                sum.cycles_submit += st.cycles_submit;
+                sum.cycles_complete += st.cycles_complete;
+                sum.cycles_notify += st.cycles_notify;
+            }
+            own = (double)(sum.cycles_pop + sum.cycles_complete + sum.cycles_notify);
+            snprintf(cyc, sizeof(cyc), "%.0f", own / (double)sum.requests);
+            snprintf(cyct, sizeof(cyct), "%.0f",
+                     (own + (double)sum.cycles_submit) / (double)sum.requests);
+            snprintf(bat, sizeof(bat), "%.2f",
+                     (double)sum.requests / (double)(sum.batches ? sum.batches : 1));
+            snprintf(irq, sizeof(irq), "%.3f", (double)sum.irqs / (double)sum.completed);
+            snprintf(kick, sizeof(kick), "%.3f", (double)sum.kicks / (double)sum.requests);
+        }
+        printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=%s cycles_total_per_req=%s "
+               "reqs_per_batch=%s irqs_per_req=%s kicks_per_req=%s requests=%" PRIu64
+               " busy_iops=%.0f queues=%u qd=%u bs=%u rw=%s busy_devs=%u\n",
+               (double)done / secs, (double)lat_sum / (double)done / 1000.0, p99_us(hist, done),
+               cyc, cyct, bat, irq, kick, done, (double)busy_done / secs, o->nq, o->qd, o->bs,
+               o->write ? "randwrite" : "randread", o->busy_devs);
+        event_loop_get_stats(ml->loop, &ls);
+        fprintf(stderr,
+                "main loop per completed request (all devices): iterations %.2f blocking waits "
+                "%.2f\n",
+                (double)ls.iterations / (double)(done + busy_done),
+                (double)ls.blocking_waits / (double)(done + busy_done));
+    }
+    __atomic_store_n(&ml->stop, true, __ATOMIC_RELEASE);
+    event_loop_notify(ml->loop);
+    g_thread_join(ml_thread);
+    for (unsigned i = 0; i < ndev; i++) {
+        mdev_free(devs[i]);
+    }
+    iothread_free(it);
+    event_loop_free(ml->loop);
+    g_free(devs);
+    g_free(pfd);
+    free(hist);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -203,6 +571,8 @@ int main(int argc, char **argv)
     GRand *rnd = g_rand_new_with_seed(42);
     DataPlaneQueueStats st;
     struct pollfd pfd;
+    MultiOpts mo = {.nq = 1, .bs = 4096, .busy_qd = 32, .busy_bs = 4096, .busy_backend = "null"};
+    bool multi = false;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend")) {
@@ -227,6 +597,30 @@ int main(int argc, char **argv)
             o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--halt-poll-us")) {
             halt_poll_ns = (uint64_t)atoll(argv[i + 1]) * 1000;
+        } else if (!strcmp(argv[i], "--queues")) {
+            mo.nq = (unsigned)atoi(argv[i + 1]);
+            multi = true;
+        } else if (!strcmp(argv[i], "--bs")) {
+            mo.bs = (unsigned)atoi(argv[i + 1]);
+            multi = true;
+        } else if (!strcmp(argv[i], "--rw")) {
+            mo.write = !strcmp(argv[i + 1], "randwrite");
+            if (!mo.write && strcmp(argv[i + 1], "randread")) {
+                fprintf(stderr, "bench-dataplane: --rw randread|randwrite\n");
+                return 1;
+            }
+            multi = true;
+        } else if (!strcmp(argv[i], "--busy-devs")) {
+            mo.busy_devs = (unsigned)atoi(argv[i + 1]);
+            multi = true;
+        } else if (!strcmp(argv[i], "--busy-qd")) {
+            mo.busy_qd = (unsigned)atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--busy-bs")) {
+            mo.busy_bs = (unsigned)atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--busy-rw")) {
+            mo.busy_write = !strcmp(argv[i + 1], "randwrite");
+        } else if (!strcmp(argv[i], "--busy-backend")) {
+            mo.busy_backend = argv[i + 1];
         } else {
             fprintf(stderr, "bench-dataplane: unknown option %s\n", argv[i]);
             return 1;
@@ -239,6 +633,34 @@ int main(int argc, char **argv)
     if (qd < 1 || qd > 64) {
         fprintf(stderr, "bench-dataplane: --qd must be 1..64\n");
         return 1;
+    }
+    if (multi) {
+        mo.backend = backend;
+        mo.aio = aio;
+        mo.file = file;
+        mo.path = path;
+        mo.qd = qd;
+        mo.secs = secs;
+        mo.poll_ns = poll_ns;
+        if (mo.nq < 1 || mo.nq > DATAPLANE_MAX_QUEUES || mo.qd * mo.nq > 128 || mo.busy_qd < 1 ||
+            mo.busy_qd > 128 || mo.busy_devs > 16 || !mo.bs || mo.bs % 512 || mo.bs > (1u << 20) ||
+            !mo.busy_bs || mo.busy_bs % 512 || mo.busy_bs > (1u << 20)) {
+            fprintf(stderr,
+                    "bench-dataplane: --queues 1..%d, --qd x --queues <= 128, --busy-qd "
+                    "1..128, --busy-devs 0..16, --bs/--busy-bs multiples of 512 up to "
+                    "1 MiB\n",
+                    DATAPLANE_MAX_QUEUES);
+            return 1;
+        }
+        if ((strcmp(backend, "null") && (strcmp(backend, "file") || !file)) ||
+            (strcmp(mo.busy_backend, "null") && (strcmp(mo.busy_backend, "file") || !file))) {
+            fprintf(stderr, "bench-dataplane: with --queues/--bs/--rw/--busy-devs the backends "
+                            "are null or file (file needs --file)\n");
+            return 1;
+        }
+        g_rand_free(rnd);
+        free(hist);
+        return run_multi(&mo, &ml);
     }
     if (!strcmp(backend, "null")) {
         o.engine = "null";
