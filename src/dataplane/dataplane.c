@@ -82,12 +82,12 @@ struct DataPlane {
     ThreadOwner owner;      /* the iothread while started */
     /* werror/rerror: policy and held requests (same owner as ts) */
     DataPlaneErrorPolicy rerror, werror;
-    GQueue held;          /* IOQReq* failed with "stop", by submission order */
-    unsigned held_count;  /* its length, for any thread (atomic) */
-    bool resuming;        /* dataplane_resume() is going through @held */
-    IOQReq *resumed;      /* the held request resubmitted now */
-    bool quiescing;       /* dataplane_stop() drains: "stop" is "report" */
-    uint64_t next_seq;    /* iothread: submission counter */
+    GQueue held;         /* IOQReq* failed with "stop", by submission order */
+    unsigned held_count; /* its length, for any thread (atomic) */
+    bool resuming;       /* dataplane_resume() is going through @held */
+    IOQReq *resumed;     /* the held request resubmitted now */
+    bool quiescing;      /* dataplane_stop() drains: "stop" is "report" */
+    uint64_t next_seq;   /* iothread: submission counter */
     /* I/O error events, iothread -> main loop */
     EventBH *err_bh;
     GMutex err_lock;

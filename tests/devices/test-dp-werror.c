@@ -208,9 +208,8 @@ static Req add_req(Fix *f, bool is_read, uint64_t sector, uint8_t fill)
     r.r = testblk_prepare(f->tvq, is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT, sector,
                           is_read ? NULL : buf, 512);
     {
-        TestBuf bufs[3] = {{r.r.hdr_gpa, 16, false},
-                           {r.r.data_gpa, 512, is_read},
-                           {r.r.status_gpa, 1, true}};
+        TestBuf bufs[3] = {
+            {r.r.hdr_gpa, 16, false}, {r.r.data_gpa, 512, is_read}, {r.r.status_gpa, 1, true}};
 
         r.r.head = testvq_add_chain(f->tvq, bufs, 3);
     }
@@ -497,18 +496,17 @@ static void test_nth_once(void)
 int main(int argc, char **argv)
 {
     static const Case cases[] = {
-        {"report", false, EIO, "report"}, {"report", true, EIO, "report"},
-        {"ignore", false, EIO, "ignore"}, {"ignore", true, EIO, "ignore"},
-        {"stop", false, EIO, "stop"},     {"stop", true, EIO, "stop"},
+        {"report", false, EIO, "report"},  {"report", true, EIO, "report"},
+        {"ignore", false, EIO, "ignore"},  {"ignore", true, EIO, "ignore"},
+        {"stop", false, EIO, "stop"},      {"stop", true, EIO, "stop"},
         {"enospc", false, ENOSPC, "stop"}, {"enospc", false, EIO, "report"},
     };
 
     g_test_init(&argc, &argv, NULL);
     for (unsigned i = 0; i < G_N_ELEMENTS(cases); i++) {
-        g_autofree char *p =
-            g_strdup_printf("/dp-werror/%s/%s/%s", cases[i].policy,
-                            cases[i].is_read ? "read" : "write",
-                            cases[i].error == ENOSPC ? "ENOSPC" : "EIO");
+        g_autofree char *p = g_strdup_printf("/dp-werror/%s/%s/%s", cases[i].policy,
+                                             cases[i].is_read ? "read" : "write",
+                                             cases[i].error == ENOSPC ? "ENOSPC" : "EIO");
 
         g_test_add_data_func(p, &cases[i], test_policy);
     }

@@ -326,14 +326,16 @@ fi
 }
 
 # 8. werror=stop: ENOSPC on a full filesystem pauses the guest; cont after making room completes it.
-s8() {
+# Both paths: the block layer parks the failed writes, the dataplane holds them in its iothread.
+s8_run() {
+dp=$1
 mkdir -p "$dir/small"
 mount -t tmpfs -o size=8m tmpfs "$dir/small"
 truncate -s 64M "$dir/small/ws.img"
 sh=$(echo 'dd if=/dev/urandom of=/dev/vda bs=1M count=16 oflag=direct 2>/dev/null; echo "VBLK-DD-RC $?"; sync' | b64)
-vblk_qmp_launch "$dir/ws.log" -S "$VBLK_L2_APPEND vblk.shb64=$sh" -smp 1 -no-reboot \
+vblk_qmp_launch "$dir/ws-$dp.log" -S "$VBLK_L2_APPEND vblk.shb64=$sh" -smp 1 -no-reboot \
     -drive "if=none,id=drive0,file=$dir/small/ws.img,format=raw,cache=writeback,aio=threads,werror=stop" \
-    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=off
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=$dp
 qmp '{"execute":"cont"}'
 wait_log "$dir/qmp.out" BLOCK_IO_ERROR 180
 qmp '{"execute":"query-status"}'
@@ -342,13 +344,19 @@ mount -o remount,size=80m "$dir/small"
 qmp '{"execute":"cont"}'
 vblk_qmp_reap
 umount "$dir/small" 2>/dev/null
-if [ $rc -eq 0 ] && grep -q '"action": "stop"' "$dir/qmp.out" && grep -q '"status": "io-error"' "$dir/qmp.out" &&
-    grep -q 'VBLK-DD-RC 0' "$dir/ws.log"; then
-    ok "werror=stop: ENOSPC pauses the guest, cont completes the write"
+if [ $rc -eq 0 ] && grep -q '"action": "stop"' "$dir/qmp.out" &&
+    { [ "$dp" = off ] || grep -q '"nospace": true' "$dir/qmp.out"; } &&
+    grep -q '"status": "io-error"' "$dir/qmp.out" && grep -q 'VBLK-DD-RC 0' "$dir/ws-$dp.log" &&
+    ! grep -q 'applies on the block-layer path only' "$dir/ws-$dp.log"; then
+    ok "werror=stop: ENOSPC pauses the guest, cont completes the write (x-data-plane=$dp)"
 else
-    nok "werror=stop: ENOSPC pauses the guest, cont completes the write (rc=$rc)" "$dir/ws.log"
+    nok "werror=stop: ENOSPC pauses the guest, cont completes the write (x-data-plane=$dp, rc=$rc)" "$dir/ws-$dp.log"
     tail -c 800 "$dir/qmp.out" | sed 's/^/#   /'
 fi
+}
+s8() {
+s8_run off
+s8_run on
 }
 
 # 9. -blockdev, both forms: a raw/file graph on the dataplane runs fio verify;
