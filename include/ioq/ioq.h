@@ -165,8 +165,8 @@ void ioq_unbind_thread(IOQ *ioq);
 
 /*
  * Accept @req.  Returns 0, and then @req->cb runs exactly once later (from
- * ioq_submit() for the null engine, from ioq_process_completions() or
- * ioq_drain() otherwise); or -errno (bad op, size mismatch, O_DIRECT offset or
+ * ioq_submit() for the null engine and for a request an injection rule
+ * failed, from ioq_process_completions() or ioq_drain() otherwise); or -errno (bad op, size mismatch, O_DIRECT offset or
  * length not a multiple of the logical block size, request larger than the
  * bounce pool) and the callback never runs.  May submit by itself when
  * max_batch requests are queued.  No allocation, no lock.
