@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <linux/virtio_blk.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "dataplane/dataplane.h"
@@ -98,6 +99,9 @@ static void clear_event(gpointer p)
     g_free(e->reason);
 }
 
+/* Where fix_new() puts the image (NULL: the temporary directory). */
+static const char *img_dir;
+
 static Fix *fix_new(const char *policy, bool rerror_too)
 {
     Fix *f = g_new0(Fix, 1);
@@ -110,7 +114,7 @@ static Fix *fix_new(const char *policy, bool rerror_too)
     DataPlaneQueue dq;
     uint8_t sect[512];
 
-    f->path = g_build_filename(g_get_tmp_dir(), "vblk-werror-XXXXXX", NULL);
+    f->path = g_build_filename(img_dir ? img_dir : g_get_tmp_dir(), "vblk-werror-XXXXXX", NULL);
     f->fd = g_mkstemp(f->path);
     g_assert_cmpint(f->fd, >=, 0);
     g_assert_cmpint(ftruncate(f->fd, 1 << 20), ==, 0);
@@ -198,27 +202,32 @@ static void inject(Fix *f, IOQOp op, int error)
     g_assert_no_error(err);
 }
 
-/* Publish (not kick) one request; a write fills the sector with @fill. */
-static Req add_req(Fix *f, bool is_read, uint64_t sector, uint8_t fill)
+/* Publish (not kick) one request of @len bytes; a write fills them with @fill. */
+static Req add_req_len(Fix *f, bool is_read, uint64_t sector, uint8_t fill, uint32_t len)
 {
     Req r = {.sector = sector, .fill = fill};
-    uint8_t buf[512];
+    g_autofree uint8_t *buf = g_malloc(len);
 
-    memset(buf, fill, sizeof(buf));
+    memset(buf, fill, len);
     r.r = testblk_prepare(f->tvq, is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT, sector,
-                          is_read ? NULL : buf, 512);
+                          is_read ? NULL : buf, len);
     {
         TestBuf bufs[3] = {
-            {r.r.hdr_gpa, 16, false}, {r.r.data_gpa, 512, is_read}, {r.r.status_gpa, 1, true}};
+            {r.r.hdr_gpa, 16, false}, {r.r.data_gpa, len, is_read}, {r.r.status_gpa, 1, true}};
 
         r.r.head = testvq_add_chain(f->tvq, bufs, 3);
     }
     g_assert_cmpint(r.r.head, >=, 0);
     if (is_read) {
-        testdrv_memset(f->d, r.r.data_gpa, 0xee, 512);
+        testdrv_memset(f->d, r.r.data_gpa, 0xee, len);
     }
     testvq_publish(f->tvq, (uint16_t)r.r.head);
     return r;
+}
+
+static Req add_req(Fix *f, bool is_read, uint64_t sector, uint8_t fill)
+{
+    return add_req_len(f, is_read, sector, fill, 512);
 }
 
 /* Run the main loop (it gets the dataplane's error events) for about @ms. */
@@ -493,6 +502,116 @@ static void test_nth_once(void)
     fix_free(f);
 }
 
+/*
+ * A real full filesystem (opt-in: VBLK_TEST_SMALL_FS names a directory on a
+ * small filesystem, e.g. a 2 MiB tmpfs): a filler file leaves 256 KiB free,
+ * the guest writes 1 MiB in 16 requests of 64 KiB under the default
+ * werror=enospc. The first ones complete, the rest fail with ENOSPC (a short
+ * write is ENOSPC too) and are held, the VM stops once; after the filler is
+ * deleted, resume completes every held write once, in submission order, and
+ * the image holds all 16.
+ */
+static void test_enospc_full_fs(void)
+{
+    const char *dir = g_getenv("VBLK_TEST_SMALL_FS");
+    g_autofree char *filler = NULL;
+    struct statvfs sv;
+    uint64_t avail;
+    Req w[16];
+    bool done[16] = {false};
+    unsigned ok = 0, held, last = 0;
+    int fd;
+    Fix *f;
+
+    if (!dir) {
+        g_test_skip("VBLK_TEST_SMALL_FS (a directory on a small filesystem) is not set");
+        return;
+    }
+    img_dir = dir;
+    f = fix_new("enospc", false);
+    img_dir = NULL;
+    g_assert_cmpint(statvfs(dir, &sv), ==, 0);
+    avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    g_assert_cmpuint(avail, >, 512 * 1024);
+    g_assert_cmpuint(avail, <, 64 << 20);
+    filler = g_build_filename(dir, "vblk-werror-filler", NULL);
+    fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    g_assert_cmpint(fd, >=, 0);
+    {
+        g_autofree uint8_t *z = g_malloc0(64 * 1024);
+
+        for (uint64_t left = avail - 256 * 1024; left;) {
+            size_t n = MIN(left, 64 * 1024);
+            ssize_t r = write(fd, z, n);
+
+            g_assert_cmpint(r, >, 0);
+            left -= (uint64_t)r;
+        }
+    }
+    close(fd);
+
+    for (unsigned i = 0; i < 16; i++) {
+        w[i] = add_req_len(f, false, i * 128, (uint8_t)(0x10 + i), 64 * 1024);
+    }
+    testvq_kick_force(f->tvq);
+    for (int i = 0; i < WAIT_MS / 10 && !f->events->len; i++) {
+        run_main(f, 10); /* the first failure; more follow */
+    }
+    run_main(f, 300);
+    for (int h; (h = next_used(f, 200)) >= 0;) {
+        for (unsigned i = 0; i < 16; i++) {
+            if (w[i].r.head == h) {
+                g_assert_false(done[i]);
+                done[i] = true;
+                ok++;
+                g_assert_cmpuint(testblk_status(f->tvq, &w[i].r), ==, VIRTIO_BLK_S_OK);
+            }
+        }
+    }
+    held = dataplane_held_count(dp_switch_dataplane(f->sw));
+    g_test_message("full filesystem: %u writes completed, %u held, %u events", ok, held,
+                   f->events->len);
+    g_assert_cmpuint(held, >, 0);
+    g_assert_cmpuint(ok + held, ==, 16);
+    g_assert_cmpuint(f->events->len, ==, held);
+    for (unsigned i = 0; i < f->events->len; i++) {
+        check_event(f, i, false, "stop", ENOSPC);
+    }
+    g_assert_cmpuint(f->stops, ==, 1);
+    g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_IO_ERROR);
+
+    /* Room again, `cont`: the held writes complete once each, in submission order. */
+    g_assert_cmpint(unlink(filler), ==, 0);
+    qmp_run_state_set(QMP_RUN_STATE_RUNNING);
+    dp_switch_resume(f->sw);
+    for (unsigned k = 0; k < held; k++) {
+        int h = next_used(f, WAIT_MS);
+        unsigned i;
+
+        g_assert_cmpint(h, >=, 0);
+        for (i = 0; i < 16 && w[i].r.head != h; i++) {
+        }
+        g_assert_cmpuint(i, <, 16);
+        g_assert_false(done[i]);
+        g_assert_true(k == 0 || i > last);
+        last = i;
+        done[i] = true;
+        g_assert_cmpuint(testblk_status(f->tvq, &w[i].r), ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_cmpint(next_used(f, 100), ==, -1);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 0);
+    for (unsigned i = 0; i < 16; i++) {
+        g_autofree uint8_t *b = g_malloc(64 * 1024);
+
+        g_assert_true(done[i]);
+        g_assert_cmpint(pread(f->fd, b, 64 * 1024, (off_t)i * 65536), ==, 64 * 1024);
+        for (unsigned j = 0; j < 64 * 1024; j++) {
+            g_assert_cmpuint(b[j], ==, 0x10 + i);
+        }
+    }
+    fix_free(f);
+}
+
 int main(int argc, char **argv)
 {
     static const Case cases[] = {
@@ -513,5 +632,6 @@ int main(int argc, char **argv)
     g_test_add_func("/dp-werror/stop-again", test_stop_again);
     g_test_add_func("/dp-werror/reset-while-held", test_reset_while_held);
     g_test_add_func("/dp-werror/nth-once", test_nth_once);
+    g_test_add_func("/dp-werror/enospc-full-fs", test_enospc_full_fs);
     return g_test_run();
 }

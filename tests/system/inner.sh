@@ -227,7 +227,10 @@ wait_log() { # wait_log FILE PATTERN SECONDS
 # on the guest image with -append APPEND and ARGS, output in LOG, a QMP server
 # on the next $port; connect the client (qmp_open) when READY and negotiate.
 # READY is "PATTERN SECONDS" (wait up to SECONDS for PATTERN in LOG) or -S
-# (start paused, wait 2 s: nothing runs until cont, so the client sees every event).
+# (start paused: nothing runs until cont, so the client sees every event; wait
+# until vblk listens, up to 30 s, instead of a fixed 2 s: in one run of section 8
+# under TCG every QMP write failed with a broken pipe and vblk's log stayed empty,
+# i.e. the client had found no server and the VM was never continued).
 vblk_qmp_launch() {
     vlog=$1; ready=$2; vappend=$3; shift 3
     [ "$ready" = "-S" ] && set -- "$@" -S
@@ -237,7 +240,11 @@ vblk_qmp_launch() {
         -qmp tcp:127.0.0.1:$port,server=on,wait=off >"$vlog" 2>&1 &
     vpid=$!
     if [ "$ready" = "-S" ]; then
-        sleep 2
+        i=0
+        while ! grep -q ":$(printf %04X "$port") 00000000:0000 0A" /proc/net/tcp 2>/dev/null &&
+            kill -0 "$vpid" 2>/dev/null && [ $i -lt 60 ]; do
+            sleep 0.5; i=$((i + 1))
+        done
     else
         wait_log "$vlog" "${ready% *}" "${ready##* }"
     fi
