@@ -225,6 +225,13 @@ typedef struct BlockIOErrorEvent {
  */
 typedef void BlockErrorHook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev);
 
+/*
+ * Announce a failure that another path of the same drive handled (the
+ * dataplane applies werror/rerror itself): the error hook runs with this
+ * backend's device and root node-name, exactly as for the block layer's own
+ * requests. Context: loop thread.
+ */
+void blk_emit_io_error(BlockBackend *blk, bool is_read, BlockErrorAction action, int error);
 /* Parse "report" / "ignore" / "stop" / "enospc". Context: any thread. */
 bool blk_error_policy_parse(const char *s, BlockErrorPolicy *out, GError **errp);
 /* Defaults as QEMU's -drive: werror=enospc, rerror=report. Context: loop thread. */

@@ -46,6 +46,46 @@
 
 typedef struct DataPlane DataPlane;
 
+/*
+ * werror= / rerror= on the dataplane, with the block layer's meaning
+ * (block/block.h, which this module does not include): rerror for reads,
+ * werror for writes, flushes, discards and write-zeroes. An I/O error of the
+ * IOQ (not a request refused up front) is
+ *   report  completed with VIRTIO_BLK_S_IOERR;
+ *   ignore  completed with VIRTIO_BLK_S_OK;
+ *   stop    held in the iothread, not completed, until dataplane_resume();
+ *   enospc  stop on ENOSPC, report otherwise.
+ * Every one of them is announced to the error hook (QEMU's BLOCK_IO_ERROR
+ * goes out for all three actions).
+ */
+typedef enum DataPlaneErrorPolicy {
+    DATAPLANE_ERR_REPORT,
+    DATAPLANE_ERR_IGNORE,
+    DATAPLANE_ERR_STOP,
+    DATAPLANE_ERR_ENOSPC,
+} DataPlaneErrorPolicy;
+
+typedef enum DataPlaneErrorAction {
+    DATAPLANE_ERR_ACTION_REPORT,
+    DATAPLANE_ERR_ACTION_IGNORE,
+    DATAPLANE_ERR_ACTION_STOP,
+} DataPlaneErrorAction;
+
+typedef struct DataPlaneIOError {
+    bool is_read; /* rerror applied; else werror (write, flush, discard, write-zeroes) */
+    DataPlaneErrorAction action;
+    int error; /* positive errno */
+} DataPlaneIOError;
+
+/*
+ * Runs in the thread of DataPlaneConf.main_loop (a bottom half of that loop,
+ * posted by the iothread), once per failed request, in the order the
+ * failures happened. For action "stop" the request is already held: the
+ * owner should pause the VM through its own stop path and, on resume, call
+ * dataplane_resume().
+ */
+typedef void DataPlaneErrorHook(void *opaque, const DataPlaneIOError *ev);
+
 typedef struct DataPlaneConf {
     VirtIOBlk *blk;      /* the device (borrowed) */
     IOThread *iothread;  /* borrowed; several devices may share one */
@@ -60,6 +100,10 @@ typedef struct DataPlaneConf {
      * reaped. 0: DATAPLANE_COMPLETE_BATCH; UINT_MAX: one group per reap.
      */
     unsigned complete_batch;
+    /* Optional: I/O errors reported to @error_hook in @main_loop's thread. */
+    EventLoop *main_loop;
+    DataPlaneErrorHook *error_hook;
+    void *error_opaque;
 } DataPlaneConf;
 
 #define DATAPLANE_COMPLETE_BATCH 8
@@ -145,5 +189,41 @@ BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n);
  */
 void dataplane_set_throttle_state(DataPlane *dp, const ThrottleState *ts);
 void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts);
+
+/*
+ * The error policy (default: report for both). Takes effect for failures
+ * that happen from now on. Context: control thread (not the iothread)
+ */
+void dataplane_set_error_policy(DataPlane *dp, DataPlaneErrorPolicy rerror,
+                                DataPlaneErrorPolicy werror);
+/* Requests held by "stop", waiting for dataplane_resume(). Context: any thread */
+unsigned dataplane_held_count(DataPlane *dp);
+/*
+ * `cont`: resubmit the held requests one at a time in their submission
+ * order (each after the previous one completed), so they complete in that
+ * order. One that fails with "stop" again stays held, with every request
+ * behind it, and the resubmission ends there (the owner stops the VM again).
+ * No-op when nothing is held or the dataplane is not started.
+ * Context: control thread (not the iothread)
+ */
+void dataplane_resume(DataPlane *dp);
+/*
+ * dataplane_stop(), unless requests are held by "stop" (before or during
+ * the drain): then the dataplane keeps the queues and keeps running, and
+ * false is returned with @errp set. For the path switch: a held request is
+ * never handed over, lost or completed twice. dataplane_stop() itself (reset,
+ * teardown) completes held requests with their error, as "report", and
+ * "stop" is "report" while it drains.
+ * Context: control thread (not the iothread)
+ */
+bool dataplane_try_stop(DataPlane *dp, GError **errp);
+
+/*
+ * Error injection into the dataplane's IOQ (ioq_inject_add(): blkdebug's
+ * rules for the I/O engines), applied inside the iothread when started.
+ * Context: control thread (not the iothread)
+ */
+bool dataplane_inject_error(DataPlane *dp, const IOQInjectRule *rule, GError **errp);
+void dataplane_inject_clear(DataPlane *dp);
 
 #endif /* VBLK_DATAPLANE_H */

@@ -68,8 +68,20 @@ bool dp_switch_start(DpSwitch *sw, bool dataplane, const DataPlaneQueue *queues,
 /* Quiesce whichever path runs; afterwards the queues have no executor. Idempotent. */
 /* Context: main loop, BQL held */
 void dp_switch_stop(DpSwitch *sw);
-/* Move a started device to the other path (no-op if already there). Context: main loop, BQL */
+/*
+ * Move a started device to the other path (no-op if already there). Refused
+ * (EBUSY, the device stays where it is, nothing lost) while requests wait
+ * for 'cont' after werror/rerror=stop, on either path. Context: main loop, BQL
+ */
 bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp);
+/*
+ * 'cont': resubmit the requests the dataplane holds for werror/rerror=stop
+ * (the block layer's parked ones are the BlockBackend's:
+ * blk_resume_parked()). The dataplane takes the drive's werror/rerror when
+ * it starts and reports its failures through the BlockBackend's error hook
+ * (blk_emit_io_error()), from the main loop. Context: main loop, BQL held
+ */
+void dp_switch_resume(DpSwitch *sw);
 /*
  * block_set_io_throttle for the drive, whatever path runs: validated and set
  * on the BlockBackend, and on the running dataplane too. The limits stay in

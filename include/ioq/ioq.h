@@ -145,6 +145,7 @@ typedef struct IOQStats {
     uint64_t inflight;     /* accepted by ioq_enqueue, callback not yet run */
     uint64_t fua_flushes;  /* flushes issued after IOQ_REQ_FUA writes */
     uint64_t efd_reads;    /* completion eventfd reads (ioq_clear_fd syscalls) */
+    uint64_t injected;     /* requests failed by an injection rule */
 } IOQStats;
 
 /* Context: control thread. */
@@ -165,8 +166,8 @@ void ioq_unbind_thread(IOQ *ioq);
 
 /*
  * Accept @req.  Returns 0, and then @req->cb runs exactly once later (from
- * ioq_submit() for the null engine, from ioq_process_completions() or
- * ioq_drain() otherwise); or -errno (bad op, size mismatch, O_DIRECT offset or
+ * ioq_submit() for the null engine and for a request an injection rule
+ * failed, from ioq_process_completions() or ioq_drain() otherwise); or -errno (bad op, size mismatch, O_DIRECT offset or
  * length not a multiple of the logical block size, request larger than the
  * bounce pool) and the callback never runs.  May submit by itself when
  * max_batch requests are queued.  No allocation, no lock.
@@ -224,5 +225,35 @@ unsigned ioq_inflight(IOQ *ioq);
 
 /* Context: any thread. */
 void ioq_get_stats(IOQ *ioq, IOQStats *stats);
+
+/*
+ * Error injection, the IOQ's counterpart of the block layer's blkdebug rules
+ * (same fields, same matching): a request that reaches the engine (after the
+ * flush ordering, before the bounce pool; an IOQ_REQ_FUA write's flush is a
+ * FLUSH of its own) is checked against every rule; each matching rule counts
+ * it, and the first one that is eligible (nth == 0, or this is its nth
+ * matching request) fails it with -@error instead of doing the I/O. The
+ * failed request completes like any other: from the ioq_submit() or
+ * ioq_process_completions() that follows, so the caller sees an ordinary
+ * asynchronous error. A @once rule is removed after it fired.
+ */
+#define IOQ_INJECT_MAX_RULES 16
+typedef struct IOQInjectRule {
+    int op;          /* IOQOp, or -1 for any */
+    uint64_t nth;    /* fire on the nth matching request (1-based); 0 = every one */
+    uint64_t offset; /* with @length: only requests overlapping [offset, offset+length) */
+    uint64_t length; /* 0 = any offset (flushes always match the range) */
+    int error;       /* positive errno, e.g. EIO, ENOSPC */
+    bool once;       /* remove the rule after it fired once */
+} IOQInjectRule;
+
+/*
+ * Add a rule (at most IOQ_INJECT_MAX_RULES); false and @errp for a bad rule
+ * or a full table. Context: IOQ thread (or any thread while the IOQ is not
+ * bound and idle).
+ */
+bool ioq_inject_add(IOQ *ioq, const IOQInjectRule *rule, GError **errp);
+/* Remove every rule. Context: as ioq_inject_add(). */
+void ioq_inject_clear(IOQ *ioq);
 
 #endif /* VBLK_IOQ_H */

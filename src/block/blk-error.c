@@ -86,12 +86,12 @@ static gint by_seq(gconstpointer a, gconstpointer b, gpointer unused)
     return x < y ? -1 : x > y;
 }
 
-static void emit_event(BlockBackend *blk, BlkReq *req, BlockErrorAction action, int error)
+static void emit_event(BlockBackend *blk, bool is_read, BlockErrorAction action, int error)
 {
     BlockIOErrorEvent ev = {
         .device = blk->device,
         .node_name = blk->root->node_name,
-        .operation = req->op == BLOCK_OP_READ ? "read" : "write",
+        .operation = is_read ? "read" : "write",
         .action = action_names[action],
         .action_id = action,
         .nospace = error == ENOSPC,
@@ -102,6 +102,13 @@ static void emit_event(BlockBackend *blk, BlkReq *req, BlockErrorAction action, 
     if (blk->err_hook) {
         blk->err_hook(blk->err_hook_opaque, blk, &ev);
     }
+}
+
+/* Context: loop thread */
+void blk_emit_io_error(BlockBackend *blk, bool is_read, BlockErrorAction action, int error)
+{
+    THREAD_ASSERT_MAIN();
+    emit_event(blk, is_read, action, error);
 }
 
 /* Context: loop thread */
@@ -127,7 +134,7 @@ bool blk_handle_error(BlkReq *req, int *ret)
     } else if (action == BLOCK_ERR_ACTION_IGNORE) {
         *ret = 0;
     }
-    emit_event(blk, req, action, error);
+    emit_event(blk, req->op == BLOCK_OP_READ, action, error);
     return action == BLOCK_ERR_ACTION_STOP;
 }
 

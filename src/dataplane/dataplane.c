@@ -57,6 +57,7 @@ typedef struct DPQueue {
     GuestNotifier notifier;
     IOQReq *ioreqs;    /* one per request slot, indexed by VirtIOBlkReq.idx */
     int64_t *start_ns; /* per slot: when it was submitted (latency accounting) */
+    uint64_t *seq;     /* per slot: submission order (held requests resume in it) */
     BlockAcctShard *acct;
     EventTimer *ttimer; /* throttled: resumes popping (iothread's loop) */
     bool throttled;     /* iothread: waiting for ttimer, not popping */
@@ -81,6 +82,20 @@ struct DataPlane {
     bool throttling;        /* any limit set (same owner as ts) */
     BlockAcctShard *acct;   /* one per queue */
     ThreadOwner owner;      /* the iothread while started */
+    /* werror/rerror: policy and held requests (same owner as ts) */
+    DataPlaneErrorPolicy rerror, werror;
+    GQueue held;         /* IOQReq* failed with "stop", by submission order */
+    unsigned held_count; /* its length, for any thread (atomic) */
+    bool resuming;       /* dataplane_resume() is going through @held */
+    IOQReq *resumed;     /* the held request resubmitted now */
+    bool quiescing;      /* dataplane_stop() drains: "stop" is "report" */
+    uint64_t next_seq;   /* iothread: submission counter */
+    /* I/O error events, iothread -> main loop */
+    EventBH *err_bh;
+    GMutex err_lock;
+    GArray *err_events; /* DataPlaneIOError, under err_lock */
+    DataPlaneErrorHook *err_hook;
+    void *err_opaque;
     DPQueue queues[];
 };
 
@@ -114,9 +129,98 @@ static const BlockAcctType acct_map[] = {
 };
 /* clang-format on */
 
+/* ---- werror / rerror ---- */
+
+/* Main loop: hand the iothread's failures to the owner's hook, in order. */
+static void dp_error_bh(void *opaque)
+{
+    DataPlane *dp = opaque;
+    GArray *evs;
+
+    g_mutex_lock(&dp->err_lock);
+    evs = dp->err_events;
+    dp->err_events = g_array_new(FALSE, FALSE, sizeof(DataPlaneIOError));
+    g_mutex_unlock(&dp->err_lock);
+    for (guint i = 0; i < evs->len; i++) {
+        dp->err_hook(dp->err_opaque, &g_array_index(evs, DataPlaneIOError, i));
+    }
+    g_array_free(evs, TRUE);
+}
+
+/* Iothread: queue an event for the main loop (error path only: allocates). */
+static void dp_post_error(DataPlane *dp, bool is_read, DataPlaneErrorAction action, int error)
+{
+    DataPlaneIOError ev = {.is_read = is_read, .action = action, .error = error};
+
+    if (!dp->err_bh) {
+        return;
+    }
+    g_mutex_lock(&dp->err_lock);
+    g_array_append_val(dp->err_events, ev);
+    g_mutex_unlock(&dp->err_lock);
+    event_bh_schedule(dp->err_bh);
+}
+
+static uint64_t held_seq(const IOQReq *ior)
+{
+    const VirtIOBlkReq *req = ior->opaque;
+    const DPQueue *dq = req->exec_opaque;
+
+    return dq->seq[req->idx];
+}
+
+static gint by_seq(gconstpointer a, gconstpointer b, gpointer unused)
+{
+    uint64_t x = held_seq(a), y = held_seq(b);
+
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * An IOQ error on @ior: apply werror/rerror. Returns true if the request is
+ * now held (not completed); otherwise *ret is what the guest gets (0 for
+ * ignore).
+ */
+static bool dp_handle_error(DataPlane *dp, IOQReq *ior, int *ret)
+{
+    VirtIOBlkReq *req = ior->opaque;
+    bool is_read = req->op == VIRTIO_BLK_OP_READ;
+    DataPlaneErrorPolicy p = is_read ? dp->rerror : dp->werror;
+    int error = -*ret;
+    DataPlaneErrorAction action;
+
+    switch (p) {
+    case DATAPLANE_ERR_IGNORE:
+        action = DATAPLANE_ERR_ACTION_IGNORE;
+        break;
+    case DATAPLANE_ERR_STOP:
+        action = DATAPLANE_ERR_ACTION_STOP;
+        break;
+    case DATAPLANE_ERR_ENOSPC:
+        action = error == ENOSPC ? DATAPLANE_ERR_ACTION_STOP : DATAPLANE_ERR_ACTION_REPORT;
+        break;
+    default:
+        action = DATAPLANE_ERR_ACTION_REPORT;
+        break;
+    }
+    if (action == DATAPLANE_ERR_ACTION_STOP && dp->quiescing) {
+        action = DATAPLANE_ERR_ACTION_REPORT; /* reset or teardown: nobody will resume it */
+    }
+    if (action == DATAPLANE_ERR_ACTION_STOP) {
+        g_queue_insert_sorted(&dp->held, ior, by_seq, NULL);
+        __atomic_store_n(&dp->held_count, g_queue_get_length(&dp->held), __ATOMIC_RELEASE);
+        dp->resuming = false; /* the VM stops (again): the next resume goes on */
+    } else if (action == DATAPLANE_ERR_ACTION_IGNORE) {
+        *ret = 0;
+    }
+    dp_post_error(dp, is_read, action, error);
+    return action == DATAPLANE_ERR_ACTION_STOP;
+}
+
 /* ---- completion side ---- */
 
 static void notify_queue(DataPlane *dp, DPQueue *dq);
+static void dp_resume_next(DataPlane *dp);
 
 static void dp_complete(IOQReq *ior, int ret)
 {
@@ -124,6 +228,14 @@ static void dp_complete(IOQReq *ior, int ret)
     DPQueue *dq = req->exec_opaque;
     DataPlane *dp = dq->dp;
     int64_t now = event_clock_ns();
+    bool resumed = ior == dp->resumed;
+
+    if (resumed) {
+        dp->resumed = NULL;
+    }
+    if (ret < 0 && dp_handle_error(dp, ior, &ret)) {
+        return; /* held: still in flight for the guest and the counters */
+    }
 
     /* A writethrough write (IOQ_REQ_FUA) is accounted once, as the write, flush included. */
     block_acct_shard_done(dq->acct, acct_map[req->op], req->len,
@@ -142,6 +254,9 @@ static void dp_complete(IOQReq *ior, int ret)
      */
     if (++dq->unpublished >= dp->complete_batch) {
         notify_queue(dp, dq);
+    }
+    if (resumed) {
+        dp_resume_next(dp);
     }
 }
 
@@ -171,12 +286,9 @@ static void notify_guests(DataPlane *dp)
 
 /* ---- submission side ---- */
 
-static void dp_submit(void *opaque, VirtIOBlkReq *req)
+/* The IOQ request of @req (at submission, and again when a held one is resubmitted). */
+static void dp_fill_ioreq(DPQueue *dq, VirtIOBlkReq *req, IOQReq *ior)
 {
-    DPQueue *dq = opaque;
-    IOQReq *ior = &dq->ioreqs[req->idx];
-    int ret;
-
     req->exec_opaque = dq;
     ior->op = op_map[req->op];
     ior->offset = req->offset;
@@ -196,6 +308,26 @@ static void dp_submit(void *opaque, VirtIOBlkReq *req)
                      : 0;
     ior->cb = dp_complete;
     ior->opaque = req;
+}
+
+/* Refused up front (e.g. misaligned for O_DIRECT): an I/O error, no werror/rerror. */
+static void dp_refused(DPQueue *dq, VirtIOBlkReq *req, int ret)
+{
+    block_acct_shard_invalid(dq->acct, acct_map[req->op], dq->dp->now_ns);
+    virtio_blk_req_complete(req, ret);
+    dq->dp->touched |= 1ull << dq->idx;
+    stat_add(&dq->st.completed, 1);
+    stat_add(&dq->st.inflight, (uint64_t)-1);
+}
+
+static void dp_submit(void *opaque, VirtIOBlkReq *req)
+{
+    DPQueue *dq = opaque;
+    IOQReq *ior = &dq->ioreqs[req->idx];
+    int ret;
+
+    dp_fill_ioreq(dq, req, ior);
+    dq->seq[req->idx] = dq->dp->next_seq++;
     dq->start_ns[req->idx] = dq->dp->now_ns;
     stat_add(&dq->st.inflight, 1);
     if (req->op == VIRTIO_BLK_OP_FLUSH && dq->dp->no_flush) {
@@ -204,12 +336,38 @@ static void dp_submit(void *opaque, VirtIOBlkReq *req)
     }
     ret = ioq_enqueue(dq->dp->ioq, ior);
     if (ret < 0) {
-        /* Refused up front (e.g. misaligned for O_DIRECT): an I/O error. */
-        block_acct_shard_invalid(dq->acct, acct_map[req->op], dq->dp->now_ns);
-        virtio_blk_req_complete(req, ret);
-        dq->dp->touched |= 1ull << dq->idx;
-        stat_add(&dq->st.completed, 1);
-        stat_add(&dq->st.inflight, (uint64_t)-1);
+        dp_refused(dq, req, ret);
+    }
+}
+
+/*
+ * Resubmit the oldest held request, unless one is already on its way; the
+ * next goes when it completes (dp_complete). Iothread.
+ */
+static void dp_resume_next(DataPlane *dp)
+{
+    while (dp->resuming && !dp->resumed) {
+        IOQReq *ior = g_queue_pop_head(&dp->held);
+        VirtIOBlkReq *req;
+        DPQueue *dq;
+        int ret;
+
+        __atomic_store_n(&dp->held_count, g_queue_get_length(&dp->held), __ATOMIC_RELEASE);
+        if (!ior) {
+            dp->resuming = false;
+            break;
+        }
+        req = ior->opaque;
+        dq = req->exec_opaque;
+        dp_fill_ioreq(dq, req, ior);
+        dp->resumed = ior;
+        ret = ioq_enqueue(dp->ioq, ior);
+        if (ret < 0) {
+            dp->resumed = NULL;
+            dp_refused(dq, req, ret);
+            continue;
+        }
+        ioq_submit(dp->ioq); /* may complete it at once (null engine, injected error) */
     }
 }
 
@@ -470,11 +628,20 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         dp->queues[i].notifier.fd = -1;
         dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
         dp->queues[i].start_ns = g_new0(int64_t, dp->qsize);
+        dp->queues[i].seq = g_new0(uint64_t, dp->qsize);
         dp->queues[i].acct = &dp->acct[i];
         block_acct_shard_init(&dp->acct[i], &no_histogram);
     }
     throttle_limits_init(&ts_limits);
     throttle_state_config(&dp->ts, &ts_limits, event_clock_ns());
+    g_queue_init(&dp->held);
+    g_mutex_init(&dp->err_lock);
+    dp->err_events = g_array_new(FALSE, FALSE, sizeof(DataPlaneIOError));
+    if (conf->main_loop && conf->error_hook) {
+        dp->err_hook = conf->error_hook;
+        dp->err_opaque = conf->error_opaque;
+        dp->err_bh = event_bh_new(conf->main_loop, dp_error_bh, dp);
+    }
     iothread_run_sync(dp->iothread, timers_new_in_thread, dp);
     return dp;
 }
@@ -573,10 +740,63 @@ static void drain_in_thread(void *opaque)
     notify_guests(dp);
 }
 
+/* Complete every held request with an I/O error (reset, teardown). Iothread. */
+static void dp_fail_held(DataPlane *dp)
+{
+    IOQReq *ior;
+    int64_t now = event_clock_ns();
+
+    dp->resuming = false;
+    while ((ior = g_queue_pop_head(&dp->held))) {
+        VirtIOBlkReq *req = ior->opaque;
+        DPQueue *dq = req->exec_opaque;
+
+        block_acct_shard_done(dq->acct, acct_map[req->op], req->len,
+                              (uint64_t)MAX(now - dq->start_ns[req->idx], 0), true, now);
+        virtio_blk_req_complete(req, -EIO);
+        dp->touched |= 1ull << dq->idx;
+        stat_add(&dq->st.completed, 1);
+        stat_add(&dq->st.inflight, (uint64_t)-1);
+    }
+    __atomic_store_n(&dp->held_count, 0, __ATOMIC_RELEASE);
+}
+
+typedef struct StopArgs {
+    DataPlane *dp;
+    bool keep_held; /* dataplane_try_stop(): give up if requests are held */
+    bool busy;      /* out: requests are held, the dataplane still runs */
+} StopArgs;
+
+/*
+ * dataplane_try_stop() found held requests after the drain: take the kicks
+ * back and make one pass (what the guest queued meanwhile). Iothread.
+ */
+static void dp_stay_started(DataPlane *dp)
+{
+    for (unsigned i = 0; i < dp->nq; i++) {
+        GError *err = NULL;
+
+        if (!event_loop_set_fd_handler(dp->loop, dp->queues[i].host_fd, &kick_ops, &dp->queues[i],
+                                       &err)) {
+            /* Cannot happen for an fd that was just watched; say so if it does. */
+            g_warning("dataplane: cannot watch queue %u again: %s", i, err->message);
+            g_error_free(err);
+        }
+    }
+    for (unsigned i = 0; i < dp->nq; i++) {
+        process_queue(&dp->queues[i]);
+    }
+}
+
 static void stop_in_thread(void *opaque)
 {
-    DataPlane *dp = opaque;
+    StopArgs *a = opaque;
+    DataPlane *dp = a->dp;
 
+    dp->quiescing = !a->keep_held;
+    if (dp->quiescing) {
+        dp->resuming = false; /* nothing more is resubmitted: held requests fail below */
+    }
     for (unsigned i = 0; i < dp->nq; i++) {
         DPQueue *dq = &dp->queues[i];
         uint64_t cnt;
@@ -593,20 +813,41 @@ static void stop_in_thread(void *opaque)
         }
     }
     drain_in_thread(dp);
+    if (a->keep_held && !g_queue_is_empty(&dp->held)) {
+        a->busy = true;
+        dp_stay_started(dp);
+        return;
+    }
+    dp_fail_held(dp);
+    notify_guests(dp);
+    dp->quiescing = false;
     event_loop_set_fd_handler(dp->loop, ioq_get_fd(dp->ioq), NULL, NULL, NULL);
     /* Hand-over: the queues go back to the control thread. */
     ioq_unbind_thread(dp->ioq);
     thread_owner_clear(&dp->owner);
 }
 
-/* Context: control thread */
-void dataplane_stop(DataPlane *dp)
+static bool dp_stop(DataPlane *dp, bool keep_held, GError **errp)
 {
+    StopArgs a = {.dp = dp, .keep_held = keep_held};
+
     DP_ASSERT_CONTROL(dp);
     if (!dp->started) {
-        return;
+        return true;
     }
-    iothread_run_sync(dp->iothread, stop_in_thread, dp);
+    if (keep_held && dataplane_held_count(dp)) {
+        g_set_error(errp, DATAPLANE_ERROR, EBUSY,
+                    "%u request(s) failed with werror/rerror=stop and wait for 'cont'",
+                    dataplane_held_count(dp));
+        return false;
+    }
+    iothread_run_sync(dp->iothread, stop_in_thread, &a);
+    if (a.busy) {
+        g_set_error(errp, DATAPLANE_ERROR, EBUSY,
+                    "%u request(s) failed with werror/rerror=stop and wait for 'cont'",
+                    dataplane_held_count(dp));
+        return false;
+    }
     for (unsigned i = 0; i < dp->nq; i++) {
         DPQueue *dq = &dp->queues[i];
 
@@ -616,6 +857,19 @@ void dataplane_stop(DataPlane *dp)
         dq->q = NULL;
     }
     __atomic_store_n(&dp->started, false, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* Context: control thread */
+void dataplane_stop(DataPlane *dp)
+{
+    dp_stop(dp, false, NULL);
+}
+
+/* Context: control thread */
+bool dataplane_try_stop(DataPlane *dp, GError **errp)
+{
+    return dp_stop(dp, true, errp);
 }
 
 /* Context: control thread */
@@ -645,7 +899,13 @@ void dataplane_destroy(DataPlane *dp)
     for (unsigned i = 0; i < dp->nq; i++) {
         g_free(dp->queues[i].ioreqs);
         g_free(dp->queues[i].start_ns);
+        g_free(dp->queues[i].seq);
     }
+    if (dp->err_bh) {
+        event_bh_delete(dp->err_bh); /* stopped: nobody schedules it any more */
+    }
+    g_array_free(dp->err_events, TRUE);
+    g_mutex_clear(&dp->err_lock);
     g_free(dp->acct);
     g_free(dp);
 }
@@ -753,4 +1013,110 @@ void dataplane_get_throttle_state(DataPlane *dp, ThrottleState *ts)
         return;
     }
     iothread_run_sync(dp->iothread, get_throttle_in_thread, &a);
+}
+
+/* ---- werror / rerror: control side ---- */
+
+typedef struct PolicyArgs {
+    DataPlane *dp;
+    DataPlaneErrorPolicy rerror, werror;
+} PolicyArgs;
+
+static void set_policy_in_thread(void *opaque)
+{
+    PolicyArgs *a = opaque;
+
+    a->dp->rerror = a->rerror;
+    a->dp->werror = a->werror;
+}
+
+/* Context: control thread */
+void dataplane_set_error_policy(DataPlane *dp, DataPlaneErrorPolicy rerror,
+                                DataPlaneErrorPolicy werror)
+{
+    PolicyArgs a = {.dp = dp, .rerror = rerror, .werror = werror};
+
+    DP_ASSERT_CONTROL(dp);
+    if (!dp->started) {
+        set_policy_in_thread(&a); /* dataplane_start's hand-over publishes it */
+        return;
+    }
+    iothread_run_sync(dp->iothread, set_policy_in_thread, &a);
+}
+
+/* Context: any thread */
+unsigned dataplane_held_count(DataPlane *dp)
+{
+    return __atomic_load_n(&dp->held_count, __ATOMIC_ACQUIRE);
+}
+
+static void resume_in_thread(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    DP_ASSERT_IOTHREAD(dp);
+    if (g_queue_is_empty(&dp->held)) {
+        return;
+    }
+    dp->resuming = true;
+    dp_resume_next(dp);
+    notify_guests(dp); /* a resubmission refused at once completed inline */
+}
+
+/* Context: control thread */
+void dataplane_resume(DataPlane *dp)
+{
+    DP_ASSERT_CONTROL(dp);
+    if (dp->started) {
+        iothread_run_sync(dp->iothread, resume_in_thread, dp);
+    }
+}
+
+typedef struct InjectArgs {
+    DataPlane *dp;
+    const IOQInjectRule *rule; /* NULL: clear */
+    GError *err;
+    bool ok;
+} InjectArgs;
+
+static void inject_in_thread(void *opaque)
+{
+    InjectArgs *a = opaque;
+
+    if (a->rule) {
+        a->ok = ioq_inject_add(a->dp->ioq, a->rule, &a->err);
+    } else {
+        ioq_inject_clear(a->dp->ioq);
+        a->ok = true;
+    }
+}
+
+/* Context: control thread */
+bool dataplane_inject_error(DataPlane *dp, const IOQInjectRule *rule, GError **errp)
+{
+    InjectArgs a = {.dp = dp, .rule = rule};
+
+    DP_ASSERT_CONTROL(dp);
+    if (dp->started) {
+        iothread_run_sync(dp->iothread, inject_in_thread, &a);
+    } else {
+        inject_in_thread(&a); /* unbound and idle: the control thread's */
+    }
+    if (a.err) {
+        g_propagate_error(errp, a.err);
+    }
+    return a.ok;
+}
+
+/* Context: control thread */
+void dataplane_inject_clear(DataPlane *dp)
+{
+    InjectArgs a = {.dp = dp};
+
+    DP_ASSERT_CONTROL(dp);
+    if (dp->started) {
+        iothread_run_sync(dp->iothread, inject_in_thread, &a);
+    } else {
+        inject_in_thread(&a);
+    }
 }

@@ -171,6 +171,57 @@ static void throttle_to_block_layer(DpSwitch *sw)
     blk_set_throttle_state(sw->conf.backend, &ts);
 }
 
+/* ---- werror / rerror on the dataplane ---- */
+
+static DataPlaneErrorPolicy dp_policy(BlockErrorPolicy p)
+{
+    switch (p) {
+    case BLOCK_ERR_IGNORE:
+        return DATAPLANE_ERR_IGNORE;
+    case BLOCK_ERR_STOP:
+        return DATAPLANE_ERR_STOP;
+    case BLOCK_ERR_ENOSPC:
+        return DATAPLANE_ERR_ENOSPC;
+    default:
+        return DATAPLANE_ERR_REPORT;
+    }
+}
+
+/* The drive's werror/rerror, for the dataplane about to start. */
+static void error_policy_to_dataplane(DpSwitch *sw)
+{
+    BlockErrorPolicy r, w;
+
+    blk_get_error_policy(sw->conf.backend, &r, &w);
+    dataplane_set_error_policy(sw->dp, dp_policy(r), dp_policy(w));
+}
+
+/*
+ * The dataplane's failures, in the main loop: the drive's error hook sees
+ * them as its own (BLOCK_IO_ERROR, and the VM stop for action "stop").
+ */
+static void dp_io_error(void *opaque, const DataPlaneIOError *ev)
+{
+    DpSwitch *sw = opaque;
+    static const BlockErrorAction actions[] = {
+        [DATAPLANE_ERR_ACTION_REPORT] = BLOCK_ERR_ACTION_REPORT,
+        [DATAPLANE_ERR_ACTION_IGNORE] = BLOCK_ERR_ACTION_IGNORE,
+        [DATAPLANE_ERR_ACTION_STOP] = BLOCK_ERR_ACTION_STOP,
+    };
+
+    DP_SWITCH_ASSERT_CONTROL(sw->conf.iothread);
+    blk_emit_io_error(sw->conf.backend, ev->is_read, actions[ev->action], ev->error);
+}
+
+/* Context: main loop, BQL held */
+void dp_switch_resume(DpSwitch *sw)
+{
+    DP_SWITCH_ASSERT_CONTROL(sw->conf.iothread);
+    if (sw->started && sw->on_dataplane) {
+        dataplane_resume(sw->dp);
+    }
+}
+
 /* Context: main loop, BQL held */
 bool dp_switch_set_io_limits(DpSwitch *sw, const ThrottleLimits *limits, GError **errp)
 {
@@ -197,6 +248,8 @@ DpSwitch *dp_switch_new(const DpSwitchConf *conf, GError **errp)
         .num_queues = conf->num_queues,
         .queue_size = conf->queue_size,
         .no_flush = conf->no_flush,
+        .main_loop = conf->main_loop,
+        .error_hook = dp_io_error,
     };
 
     if (!conf->blk || !conf->main_loop || !conf->backend || !conf->iothread) {
@@ -209,6 +262,7 @@ DpSwitch *dp_switch_new(const DpSwitchConf *conf, GError **errp)
     for (unsigned i = 0; i < conf->num_queues; i++) {
         sw->q[i].sw = sw;
     }
+    dc.error_opaque = sw;
     sw->dp = dataplane_create(&dc, errp);
     if (!sw->dp) {
         g_free(sw);
@@ -248,6 +302,7 @@ bool dp_switch_start(DpSwitch *sw, bool dataplane, const DataPlaneQueue *queues,
     }
     if (dataplane) {
         throttle_to_dataplane(sw);
+        error_policy_to_dataplane(sw);
     }
     if (dataplane ? !dataplane_start(sw->dp, queues, n, errp) : !bl_attach(sw, errp)) {
         return false;
@@ -299,6 +354,7 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
             return false;
         }
         throttle_to_dataplane(sw);
+        error_policy_to_dataplane(sw);
         for (unsigned i = 0; i < sw->conf.num_queues; i++) {
             dqs[i] = sw->q[i].dq;
         }
@@ -307,7 +363,14 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
             error_report_id(sw->conf.id, "the device lost both request paths");
         }
     } else {
-        dataplane_stop(sw->dp);
+        /*
+         * Requests held by werror/rerror=stop stay in the iothread until
+         * 'cont': the switch is refused and the dataplane keeps running.
+         */
+        if (!dataplane_try_stop(sw->dp, errp)) {
+            g_prefix_error(errp, "staying on the dataplane: ");
+            return false;
+        }
         throttle_to_block_layer(sw);
         ok = bl_attach(sw, errp);
         if (!ok) {

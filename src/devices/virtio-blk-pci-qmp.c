@@ -690,6 +690,9 @@ static void blk_pci_cont(void *opaque)
     VirtIOBlkPCI *s = opaque;
 
     blk_resume_parked(s->backend);
+    if (s->sw) {
+        dp_switch_resume(s->sw); /* the dataplane's held requests */
+    }
 }
 
 /* Context: main thread */

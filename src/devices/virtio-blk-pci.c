@@ -457,22 +457,6 @@ static void blk_pci_destroy(void *opaque)
     blk_pci_free_resources(s);
 }
 
-/*
- * The dataplane completes a failed request with VIRTIO_BLK_S_IOERR whatever
- * the drive's werror/rerror say; only the block-layer path parks and stops
- * the VM. Say so once when the user asked for "stop" explicitly.
- */
-static void blk_pci_warn_error_policy(VirtIOBlkPCI *s)
-{
-    BlockErrorPolicy r, w;
-
-    blk_get_error_policy(s->backend, &r, &w);
-    if (s->data_plane && (r == BLOCK_ERR_STOP || w == BLOCK_ERR_STOP)) {
-        warn_report_id(s->drive_id, "werror/rerror=stop applies on the block-layer path only; "
-                                    "with x-data-plane=on an I/O error is reported to the guest");
-    }
-}
-
 static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOptions *d,
                            GError **errp)
 {
@@ -509,7 +493,6 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
                     "-device virtio-blk-pci,drive=%s: x-data-plane=on: %s", d->id, s->no_dataplane);
         goto fail;
     }
-    blk_pci_warn_error_policy(s);
     /* Every device can switch to the dataplane at runtime, so it has an iothread. */
     {
         if (!iothread_registry_count()) {

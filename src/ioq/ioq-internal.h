@@ -76,6 +76,13 @@ struct IOQ {
     IOQBouncePool pool;
     IOQList bounce_wait; /* requests waiting for bounce slots */
 
+    /* Error injection (ioq_inject_add): rules, and the requests they failed. */
+    IOQInjectRule inject[IOQ_INJECT_MAX_RULES];
+    uint64_t inject_seen[IOQ_INJECT_MAX_RULES];
+    unsigned ninject;
+    IOQList injected;        /* failed by a rule, callback not yet run */
+    bool completing_injected; /* ioq_complete_injected() is running */
+
     IOQHelper *helper;
     const IOQNbdConfig *nbd_cfg; /* the caller's, during ioq_new() only */
     unsigned inflight;

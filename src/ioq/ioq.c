@@ -206,8 +206,83 @@ static void retry_bounce_waiters(IOQ *ioq)
     }
 }
 
+/* ---- error injection ---- */
+
+static bool inject_matches(const IOQInjectRule *r, const IOQReq *req)
+{
+    if (r->op >= 0 && r->op != (int)req->op) {
+        return false;
+    }
+    if (r->length && req->op != IOQ_OP_FLUSH) {
+        return req->offset < r->offset + r->length && r->offset < req->offset + req->len;
+    }
+    return true;
+}
+
+/* The errno a rule fails @req with, or 0. Every matching rule counts @req. */
+static int inject_check(IOQ *ioq, const IOQReq *req)
+{
+    int fire = -1, err;
+
+    for (unsigned i = 0; i < ioq->ninject; i++) {
+        if (!inject_matches(&ioq->inject[i], req)) {
+            continue;
+        }
+        ioq->inject_seen[i]++;
+        if (fire < 0 && (!ioq->inject[i].nth || ioq->inject_seen[i] == ioq->inject[i].nth)) {
+            fire = (int)i;
+        }
+    }
+    if (fire < 0) {
+        return 0;
+    }
+    err = ioq->inject[fire].error;
+    if (ioq->inject[fire].once) {
+        ioq->ninject--;
+        memmove(&ioq->inject[fire], &ioq->inject[fire + 1],
+                (ioq->ninject - (unsigned)fire) * sizeof(ioq->inject[0]));
+        memmove(&ioq->inject_seen[fire], &ioq->inject_seen[fire + 1],
+                (ioq->ninject - (unsigned)fire) * sizeof(ioq->inject_seen[0]));
+    }
+    ioq_stat_add(&ioq->stats.injected, 1);
+    return err;
+}
+
+/*
+ * Run the callbacks of the requests a rule failed, in the order they failed.
+ * Callbacks may enqueue (and fail) more: the loop takes them too.
+ */
+static void ioq_complete_injected(IOQ *ioq)
+{
+    IOQReq *req;
+
+    if (ioq->completing_injected) {
+        return;
+    }
+    ioq->completing_injected = true;
+    while ((req = ioq_list_pop(&ioq->injected))) {
+        ioq_complete(ioq, req, req->priv.ret);
+    }
+    ioq->completing_injected = false;
+}
+
 static void ioq_dispatch(IOQ *ioq, IOQReq *req)
 {
+    if (ioq->ninject) {
+        int err = inject_check(ioq, req);
+
+        if (err) {
+            static const uint64_t one = 1;
+
+            req->priv.ret = -err;
+            ioq_list_push(&ioq->injected, req);
+            /* Wake the loop too, for a caller that does not submit right away. */
+            if (!ioq->engine->own_fd && write(ioq->efd, &one, sizeof(one)) < 0) {
+                /* counter full: the loop is awake already */
+            }
+            return;
+        }
+    }
     if (!req_is_rw(req) && ioq->helper &&
         (ioq->force_helper || !ioq->engine->supports(ioq, req->op))) {
         ioq_stat_add(&ioq->stats.helper_ops, 1);
@@ -312,6 +387,9 @@ void ioq_submit(IOQ *ioq)
 {
     IOQ_ASSERT_THREAD(ioq);
     ioq->engine->submit(ioq);
+    if (ioq->injected.head) {
+        ioq_complete_injected(ioq);
+    }
 }
 
 /* Context: IOQ thread. */
@@ -363,6 +441,9 @@ unsigned ioq_process_completions(IOQ *ioq)
     }
     /* Resubmissions, released flushes, FUA flushes, bounce waiters, EAGAIN leftovers. */
     ioq->engine->submit(ioq);
+    if (ioq->injected.head) {
+        ioq_complete_injected(ioq);
+    }
     /* Callbacks, not reaped events: a FUA write's first half runs none. */
     return (unsigned)(ioq->stats.completed - before);
 }
@@ -679,4 +760,30 @@ void ioq_get_stats(IOQ *ioq, IOQStats *s)
     s->inflight = __atomic_load_n(&ioq->stats.inflight, __ATOMIC_RELAXED);
     s->fua_flushes = __atomic_load_n(&ioq->stats.fua_flushes, __ATOMIC_RELAXED);
     s->efd_reads = __atomic_load_n(&ioq->stats.efd_reads, __ATOMIC_RELAXED);
+    s->injected = __atomic_load_n(&ioq->stats.injected, __ATOMIC_RELAXED);
+}
+
+/* Context: IOQ thread (or any thread while unbound and idle). */
+bool ioq_inject_add(IOQ *ioq, const IOQInjectRule *rule, GError **errp)
+{
+    if (rule->error <= 0 || rule->error > 4095 || rule->op < -1 ||
+        rule->op > (int)IOQ_OP_WRITE_ZEROES) {
+        g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_INVAL, "invalid injection rule");
+        return false;
+    }
+    if (ioq->ninject == IOQ_INJECT_MAX_RULES) {
+        g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_NOSPC, "at most %u injection rules",
+                    IOQ_INJECT_MAX_RULES);
+        return false;
+    }
+    ioq->inject[ioq->ninject] = *rule;
+    ioq->inject_seen[ioq->ninject] = 0;
+    ioq->ninject++;
+    return true;
+}
+
+/* Context: as ioq_inject_add(). */
+void ioq_inject_clear(IOQ *ioq)
+{
+    ioq->ninject = 0;
 }

@@ -548,6 +548,161 @@ static void test_fua_errors(gconstpointer data)
     close(null_fd);
 }
 
+/* ---- error injection ---- */
+
+typedef struct InjReq {
+    IOQReq r;
+    struct iovec iov;
+    uint8_t *buf;
+    int ret;
+    int ncb;
+    int order;
+} InjReq;
+
+static int inj_seq;
+
+static void inj_cb(IOQReq *r, int ret)
+{
+    InjReq *q = r->opaque;
+
+    q->ret = ret;
+    q->ncb++;
+    q->order = inj_seq++;
+}
+
+static void inj_prep(InjReq *q, IOQOp op, uint64_t off, uint8_t fill, uint32_t flags)
+{
+    memset(&q->r, 0, sizeof(q->r));
+    q->r.op = op;
+    q->r.offset = off;
+    q->r.flags = flags;
+    q->r.cb = inj_cb;
+    q->r.opaque = q;
+    q->ncb = 0;
+    q->ret = 1;
+    if (op == IOQ_OP_READ || op == IOQ_OP_WRITE) {
+        memset(q->buf, fill, 4096);
+        q->iov = (struct iovec){q->buf, 4096};
+        q->r.iov = &q->iov;
+        q->r.niov = 1;
+        q->r.len = 4096;
+    }
+}
+
+/*
+ * ioq_inject_add(): blkdebug's rule semantics in the engines. A rule limited
+ * to an offset range fails only the writes there (and their data never
+ * reaches the file); an nth+once rule fails one flush; an IOQ_REQ_FUA
+ * write's own flush is a FLUSH for the rules; injected requests complete
+ * from ioq_submit(), in order, and a request the caller never submits still
+ * wakes the completion fd; clearing the rules lets everything through.
+ */
+static void test_inject(gconstpointer data)
+{
+    const Mode *m = data;
+    bool null = !strcmp(m->engine, "null");
+    char tmpl[] = "/var/tmp/vblk-test-ioq-inj-XXXXXX";
+    int fd = null ? -1 : mkstemp(tmpl);
+    IOQ *ioq;
+    InjReq q[5];
+    IOQStats st;
+    GError *err = NULL;
+    IOQInjectRule wr = {.op = IOQ_OP_WRITE, .offset = 8192, .length = 4096, .error = ENOSPC};
+    IOQInjectRule fl = {.op = IOQ_OP_FLUSH, .nth = 2, .once = true, .error = EIO};
+    IOQInjectRule bad = {.op = 99, .error = EIO};
+
+    if (!null) {
+        g_assert_cmpint(fd, >=, 0);
+        close(fd);
+        fd = open(tmpl, O_RDWR | O_CLOEXEC | (m->direct ? O_DIRECT : 0));
+        if (fd < 0) {
+            g_test_skip("no O_DIRECT on /var/tmp");
+            unlink(tmpl);
+            return;
+        }
+        g_assert_cmpint(ftruncate(fd, 65536), ==, 0);
+    }
+    ioq = new_ioq(m, fd, 8, NULL);
+    for (unsigned i = 0; i < G_N_ELEMENTS(q); i++) {
+        g_assert_cmpint(posix_memalign((void **)&q[i].buf, 4096, 4096), ==, 0);
+    }
+    ioq_bind_thread(ioq);
+    g_assert_true(ioq_inject_add(ioq, &wr, &err));
+    g_assert_true(ioq_inject_add(ioq, &fl, &err));
+    g_assert_false(ioq_inject_add(ioq, &bad, &err));
+    g_clear_error(&err);
+
+    /* One batch: ok write, failing write, flush #1 (ok), flush #2 (fails once), failing FUA write.
+     */
+    inj_seq = 0;
+    inj_prep(&q[0], IOQ_OP_WRITE, 0, 0x11, 0);
+    inj_prep(&q[1], IOQ_OP_WRITE, 8192, 0x22, 0);
+    inj_prep(&q[2], IOQ_OP_FLUSH, 0, 0, 0);
+    inj_prep(&q[3], IOQ_OP_FLUSH, 0, 0, 0);
+    inj_prep(&q[4], IOQ_OP_WRITE, 8192, 0x33, IOQ_REQ_FUA);
+    for (unsigned i = 0; i < 5; i++) {
+        g_assert_cmpint(ioq_enqueue(ioq, &q[i].r), ==, 0);
+    }
+    ioq_submit(ioq);
+    ioq_drain(ioq);
+    for (unsigned i = 0; i < 5; i++) {
+        g_assert_cmpint(q[i].ncb, ==, 1);
+    }
+    g_assert_cmpint(q[0].ret, ==, 0);
+    g_assert_cmpint(q[1].ret, ==, -ENOSPC);
+    g_assert_cmpint(q[2].ret, ==, 0);
+    g_assert_cmpint(q[3].ret, ==, -EIO);
+    g_assert_cmpint(q[4].ret, ==, -ENOSPC);
+    g_assert_cmpint(q[1].order, <, q[4].order);
+    ioq_get_stats(ioq, &st);
+    g_assert_cmpuint(st.injected, ==, 3);
+
+    /* A FUA write elsewhere: its flush is flush #3 for the rule, which is gone (once). */
+    inj_prep(&q[0], IOQ_OP_WRITE, 0, 0x44, IOQ_REQ_FUA);
+    g_assert_cmpint(ioq_enqueue(ioq, &q[0].r), ==, 0);
+    ioq_submit(ioq);
+    ioq_drain(ioq);
+    g_assert_cmpint(q[0].ret, ==, 0);
+
+    /* Not submitted by the caller: the completion fd still wakes its loop. */
+    inj_prep(&q[1], IOQ_OP_WRITE, 8192, 0x55, 0);
+    g_assert_cmpint(ioq_enqueue(ioq, &q[1].r), ==, 0);
+    {
+        struct pollfd pfd = {.fd = ioq_get_fd(ioq), .events = POLLIN};
+
+        g_assert_cmpint(poll(&pfd, 1, 5000), ==, 1);
+    }
+    ioq_clear_fd(ioq);
+    g_assert_cmpuint(ioq_process_completions(ioq), ==, 1);
+    g_assert_cmpint(q[1].ncb, ==, 1);
+    g_assert_cmpint(q[1].ret, ==, -ENOSPC);
+
+    /* Cleared: the same write goes through. */
+    ioq_inject_clear(ioq);
+    inj_prep(&q[1], IOQ_OP_WRITE, 8192, 0x66, 0);
+    g_assert_cmpint(ioq_enqueue(ioq, &q[1].r), ==, 0);
+    ioq_submit(ioq);
+    ioq_drain(ioq);
+    g_assert_cmpint(q[1].ret, ==, 0);
+    ioq_get_stats(ioq, &st);
+    g_assert_cmpuint(st.injected, ==, 4);
+    ioq_free(ioq);
+
+    if (!null) {
+        uint8_t *b = q[2].buf; /* aligned, for O_DIRECT */
+
+        g_assert_cmpint(pread(fd, b, 4096, 0), ==, 4096);
+        g_assert_cmpuint(b[0], ==, 0x44);
+        g_assert_cmpint(pread(fd, b, 4096, 8192), ==, 4096);
+        g_assert_cmpuint(b[0], ==, 0x66); /* 0x22, 0x33 and 0x55 never reached it */
+        close(fd);
+        unlink(tmpl);
+    }
+    for (unsigned i = 0; i < G_N_ELEMENTS(q); i++) {
+        free(q[i].buf);
+    }
+}
+
 /* ---- DISCARD / WRITE_ZEROES ---- */
 
 static void test_discard_zeroes(gconstpointer data)
@@ -892,8 +1047,11 @@ int main(int argc, char **argv)
 
         g_autofree char *fua = mode_name("fua", m);
 
+        g_autofree char *inj = mode_name("inject", m);
+
         g_test_add_data_func(flush, m, test_flush_order);
         g_test_add_data_func(fua, m, test_fua);
+        g_test_add_data_func(inj, m, test_inject);
         if (!strcmp(m->engine, "null")) {
             continue;
         }
