@@ -172,9 +172,9 @@ const char *virtqueue_broken_reason(const VirtQueue *vq);
  * back to the avail ring; @pushed: its used element was written (not yet
  * visible); @flush_begin/@flushed: just before / after used->idx is stored
  * (only when it moves; @flushed gets the new index).
- * A queue without a tracker or resubmit list (virtio-blk-pci) pays a
- * never-taken branch on a VirtQueue field: two in pop, one each in has_avail,
- * push and flush; no call, no store.
+ * A queue without a tracker or resubmit list (virtio-blk-pci) pays only
+ * never-taken branches on a VirtQueue field: two each in pop, un-pop and flush,
+ * one each in has_avail and push; no call, no store.
  */
 typedef struct VirtQueueTrackerOps {
     void (*popped)(void *opaque, uint16_t head);
