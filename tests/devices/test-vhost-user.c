@@ -1489,6 +1489,18 @@ static void h_inflight_unsealed(Fe *fe)
     close(fd);
 }
 
+/* Sealed against writes too: the back end's shared writable mmap fails. */
+static void h_inflight_mmap_fails(Fe *fe)
+{
+    FeInflight in = {.mmap_size = inflight_queue_bytes(128), .num_queues = 1, .queue_size = 128};
+    int fd = inflight_memfd(inflight_queue_bytes(128), true);
+
+    g_assert_cmpint(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), ==, 0);
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
 static void h_inflight_no_fd(Fe *fe)
 {
     FeInflight in = {.mmap_size = inflight_queue_bytes(128), .num_queues = 1, .queue_size = 128};
@@ -1599,6 +1611,8 @@ static const Hostile hostile[] = {
      " VHOST_USER_SET_INFLIGHT_FD: mmap_offset 0x64 is not page-aligned"},
     {"inflight-unsealed", h_inflight_unsealed,
      " VHOST_USER_SET_INFLIGHT_FD: the inflight fd is not a memfd sealed against shrinking"},
+    {"inflight-mmap-fails", h_inflight_mmap_fails,
+     " VHOST_USER_SET_INFLIGHT_FD: inflight region: mmap: Operation not permitted"},
     {"inflight-no-fd", h_inflight_no_fd, " VHOST_USER_SET_INFLIGHT_FD: 0 fds, expected 1"},
     {"inflight-started", h_inflight_started,
      " VHOST_USER_SET_INFLIGHT_FD: ring 0 is started (stop it with GET_VRING_BASE)"},
