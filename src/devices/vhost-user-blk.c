@@ -166,9 +166,9 @@ static bool vub_start(void *opaque, const GuestMem *gm, const VhostUserRing *rin
              * every chain the ring took is either used or still marked, so the
              * next one to take is used_idx + the marked ones (which go first).
              */
-            e->tracker[i] = vhost_user_inflight_tracker_new(
-                rings[i].inflight, rings[i].inflight_desc_num, rings[i].num, st.used_idx, heads,
-                &nh);
+            e->tracker[i] =
+                vhost_user_inflight_tracker_new(rings[i].inflight, rings[i].inflight_desc_num,
+                                                rings[i].num, st.used_idx, heads, &nh);
             st.last_avail_idx = (uint16_t)(st.used_idx + nh);
             virtqueue_set_state(e->vq[i], &st);
             if (!virtqueue_set_resubmit(e->vq[i], heads, nh)) {
@@ -177,8 +177,8 @@ static bool vub_start(void *opaque, const GuestMem *gm, const VhostUserRing *rin
             }
             virtqueue_set_tracker(e->vq[i], &vhost_user_inflight_tracker_ops, e->tracker[i]);
             if (nh) {
-                error_report_id(e->id, "ring %u: resubmitting %u requests that were in flight",
-                                i, nh);
+                error_report_id(e->id, "ring %u: resubmitting %u requests that were in flight", i,
+                                nh);
             }
         } else {
             virtqueue_set_state(e->vq[i], &st);

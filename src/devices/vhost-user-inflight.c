@@ -147,8 +147,8 @@ static void tr_pushed(void *opaque, uint16_t head)
     VhostUserInflightTracker *t = opaque;
 
     if (t->batch_len < t->num) { /* always: a head is pushed once per flush at most */
-        qatomic_set(&t->q->desc[head].next,
-                    t->batch_len ? t->batch[t->batch_len - 1] : qatomic_read(&t->q->last_batch_head));
+        qatomic_set(&t->q->desc[head].next, t->batch_len ? t->batch[t->batch_len - 1]
+                                                         : qatomic_read(&t->q->last_batch_head));
         t->batch[t->batch_len++] = head;
     }
 }

@@ -155,7 +155,8 @@ typedef struct VhostUserInflightQueue {
 /* Bytes of one queue's part of the region for rings of @queue_size descriptors. */
 static inline uint64_t vhost_user_inflight_queue_bytes(unsigned queue_size)
 {
-    uint64_t n = sizeof(VhostUserInflightQueue) + (uint64_t)queue_size * sizeof(VhostUserInflightDesc);
+    uint64_t n =
+        sizeof(VhostUserInflightQueue) + (uint64_t)queue_size * sizeof(VhostUserInflightDesc);
 
     return (n + VHOST_USER_INFLIGHT_ALIGN - 1) & ~(uint64_t)(VHOST_USER_INFLIGHT_ALIGN - 1);
 }

@@ -132,8 +132,7 @@ const char *vhost_user_request_name(uint32_t req)
 static uint64_t vu_protocol_features_offered(void)
 {
     return (1ull << VHOST_USER_PROTOCOL_F_MQ) | (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
-           (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
-           (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
+           (1ull << VHOST_USER_PROTOCOL_F_CONFIG) | (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
            (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS);
 }
 
@@ -290,9 +289,9 @@ static bool vu_device_update(VhostUser *vu, GError **errp)
                             i, r->num, vu->inflight_nq, vu->inflight_qsize);
                 return false;
             }
-            o->inflight = (VhostUserInflightQueue *)(vu->inflight +
-                                                     i * vhost_user_inflight_queue_bytes(
-                                                             vu->inflight_qsize));
+            o->inflight =
+                (VhostUserInflightQueue *)(vu->inflight +
+                                           i * vhost_user_inflight_queue_bytes(vu->inflight_qsize));
             o->inflight_desc_num = vu->inflight_qsize;
         }
     }
@@ -405,8 +404,8 @@ static void vu_mem_clear(VhostUser *vu)
 /* ---- replies ---- */
 
 /* Send a reply, with @fd attached when >= 0 (not consumed). */
-static bool vu_send_fd(VhostUser *vu, uint32_t request, const void *payload, uint32_t size,
-                       int fd, GError **errp)
+static bool vu_send_fd(VhostUser *vu, uint32_t request, const void *payload, uint32_t size, int fd,
+                       GError **errp)
 {
     uint8_t out[sizeof(VhostUserHdr) + VHOST_USER_MAX_PAYLOAD];
     VhostUserHdr h = {
@@ -857,8 +856,9 @@ static bool vu_set_inflight_fd(VhostUser *vu, const VuMsg *m, GError **errp)
     /* A file that can shrink under the mapping would SIGBUS the daemon: only our own memfds. */
     seals = fcntl(vu->fds[0], F_GET_SEALS);
     if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-        g_set_error(errp, VU_ERROR, EINVAL,
-                    "the inflight fd is not a memfd sealed against shrinking (from GET_INFLIGHT_FD)");
+        g_set_error(
+            errp, VU_ERROR, EINVAL,
+            "the inflight fd is not a memfd sealed against shrinking (from GET_INFLIGHT_FD)");
         return false;
     }
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, vu->fds[0], (off_t)in.mmap_offset);

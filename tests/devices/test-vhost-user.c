@@ -786,7 +786,7 @@ static Daemon *daemon_crash_restart(Daemon *dm, const char *blockdev, const char
     return dm;
 }
 
-/* QEMU's reconnect: handshake, SET_INFLIGHT_FD with the kept fd, then the rings at the used index. */
+/* QEMU's reconnect: handshake, SET_INFLIGHT_FD with the kept fd, rings at the used index. */
 static void fe_reconnect_inflight(Fe *fe, Daemon *dm, int fd, const FeInflight *r)
 {
     g_assert_true(fe_dropped(fe));
@@ -807,7 +807,7 @@ static void fe_reconnect_inflight(Fe *fe, Daemon *dm, int fd, const FeInflight *
     }
 }
 
-#define KILL_ACKED   16 /* writes acknowledged before the first kill */
+#define KILL_ACKED    16 /* writes acknowledged before the first kill */
 #define KILL_INFLIGHT 32 /* writes in flight at the second kill */
 
 /*
@@ -970,8 +970,7 @@ static void inflight_kill(const char *extra)
         g_assert_cmpuint(fe_io(fe, q, VIRTIO_BLK_T_OUT, 3000 + q * 8, buf, 4096), ==,
                          VIRTIO_BLK_S_OK);
         memset(f, 0, sizeof(f));
-        g_assert_cmpuint(fe_io(fe, q, VIRTIO_BLK_T_IN, 3000 + q * 8, f, 4096), ==,
-                         VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(fe_io(fe, q, VIRTIO_BLK_T_IN, 3000 + q * 8, f, 4096), ==, VIRTIO_BLK_S_OK);
         g_assert_cmpmem(f, 4096, buf, 4096);
         g_assert_cmpuint(testvq_used_idx(fe->vq[q]), ==,
                          (KILL_ACKED + nids + KILL_INFLIGHT) / NQ + 2);
@@ -1450,7 +1449,8 @@ static int inflight_memfd(uint64_t size, bool seal)
 
 static void h_inflight_small_fd(Fe *fe)
 {
-    FeInflight in = {.mmap_size = NQ * inflight_queue_bytes(128), .num_queues = NQ, .queue_size = 128};
+    FeInflight in = {
+        .mmap_size = NQ * inflight_queue_bytes(128), .num_queues = NQ, .queue_size = 128};
     int fd = inflight_memfd(4096, true);
 
     fe_negotiate_inflight(fe);
@@ -1470,8 +1470,10 @@ static void h_inflight_size_mismatch(Fe *fe)
 
 static void h_inflight_offset(Fe *fe)
 {
-    FeInflight in = {
-        .mmap_size = inflight_queue_bytes(64), .mmap_offset = 100, .num_queues = 1, .queue_size = 64};
+    FeInflight in = {.mmap_size = inflight_queue_bytes(64),
+                     .mmap_offset = 100,
+                     .num_queues = 1,
+                     .queue_size = 64};
     int fd = inflight_memfd(65536, true);
 
     fe_negotiate_inflight(fe);
