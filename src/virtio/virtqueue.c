@@ -455,13 +455,13 @@ void virtqueue_flush(VirtQueue *vq)
     if (vq->broken || old == new) {
         return;
     }
+    if (G_UNLIKELY(vq->tracker)) {
+        vq->tracker->flush_begin(vq->tracker_opaque); /* ordered before used->idx too */
+    }
     /*
      * Used elements before the index that publishes them. Pairs with the
      * driver's smp_rmb() between reading used->idx and reading used->ring[].
      */
-    if (G_UNLIKELY(vq->tracker)) {
-        vq->tracker->flush_begin(vq->tracker_opaque);
-    }
     smp_wmb();
     qatomic_set(&vq->used->idx, htole16(new));
     vq->published_used = new;
