@@ -1,11 +1,13 @@
 /*
  * libFuzzer target: a hostile vhost-user front end against the protocol half
  * of the export (src/devices/vhost-user.c: framing, fd counts, memory table,
- * ring state, config), over a real socketpair, with a stub device model.
+ * ring state, config, the inflight region), over a real socketpair, with a
+ * stub device model that runs the inflight recovery on the rings it is given.
  *
  * Input: a list of records
  *   [0]      fd spec: bits 0-1 number of fds (0..3), bit 2 eventfd (else a
- *            1 MiB memfd), bit 7 reconnect (drop the connection first)
+ *            1 MiB memfd), bit 3 the memfd sealed against shrinking (as
+ *            GET_INFLIGHT_FD's), bit 7 reconnect (drop the connection first)
  *   [1..3)   length N of the bytes to send (LE, at most 1024)
  *   [3..3+N) bytes sent as they are (headers included: any framing)
  * After each record the back end reads what it can; a dropped connection is
@@ -75,6 +77,21 @@ static bool st_start(void *opaque, const GuestMem *gm, const VhostUserRing *ring
         (void)p[0];
         if (rings[i].kick_fd < 0) {
             abort(); /* a started ring always has its kick fd */
+        }
+        if (rings[i].inflight) {
+            uint16_t heads[VHOST_USER_MAX_RING_SIZE];
+            unsigned nh;
+            VhostUserInflightTracker *t;
+
+            if (rings[i].num > rings[i].inflight_desc_num) {
+                abort(); /* the protocol half checks the region covers the ring */
+            }
+            t = vhost_user_inflight_tracker_new(rings[i].inflight, rings[i].inflight_desc_num,
+                                                rings[i].num, 0, heads, &nh);
+            if (nh > rings[i].num) {
+                abort();
+            }
+            vhost_user_inflight_tracker_free(t);
         }
     }
     running = n;
@@ -155,8 +172,11 @@ static void send_record(int s, const uint8_t *buf, size_t len, uint8_t spec)
         if (spec & 4) {
             fds[i] = eventfd(0, EFD_CLOEXEC);
         } else {
-            fds[i] = memfd_create("fuzz-ram", MFD_CLOEXEC);
+            fds[i] = memfd_create("fuzz-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
             if (fds[i] >= 0 && ftruncate(fds[i], 1 << 20) < 0) {
+                abort();
+            }
+            if (fds[i] >= 0 && (spec & 8) && fcntl(fds[i], F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
                 abort();
             }
         }

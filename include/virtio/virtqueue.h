@@ -165,4 +165,40 @@ bool virtqueue_is_broken(const VirtQueue *vq);
 /* Reason given when the queue broke, or NULL. Context: owner thread */
 const char *virtqueue_broken_reason(const VirtQueue *vq);
 
+/*
+ * Optional per-queue tracker (vhost-user's inflight region): told about every
+ * head the queue hands out or takes back. All hooks run in the owner thread.
+ * @popped: a chain was popped, before the caller uses it; @unpopped: it went
+ * back to the avail ring; @pushed: its used element was written (not yet
+ * visible); @flush_begin/@flushed: just before / after used->idx is stored
+ * (only when it moves; @flushed gets the new index).
+ * A queue without a tracker or resubmit list (virtio-blk-pci) pays only
+ * never-taken branches on a VirtQueue field: two each in pop, un-pop and flush,
+ * one each in has_avail and push; no call, no store.
+ */
+typedef struct VirtQueueTrackerOps {
+    void (*popped)(void *opaque, uint16_t head);
+    void (*unpopped)(void *opaque, uint16_t head);
+    void (*pushed)(void *opaque, uint16_t head);
+    void (*flush_begin)(void *opaque);
+    void (*flushed)(void *opaque, uint16_t used_idx);
+} VirtQueueTrackerOps;
+
+/* Context: owner thread (control path, nothing in flight); NULL ops remove it. */
+void virtqueue_set_tracker(VirtQueue *vq, const VirtQueueTrackerOps *ops, void *opaque);
+
+/*
+ * Heads to hand out again before anything from the avail ring (requests
+ * that were in flight in an earlier back end): virtqueue_pop() returns these
+ * chains first, in the order given, without moving last_avail_idx. Each head
+ * must be < num and appear once; false (nothing set) otherwise or when
+ * elements are in flight. Replaces an earlier list. A resubmitted element may
+ * be un-popped (it goes back to the front of the list) as long as no element
+ * from the avail ring was popped after it.
+ * Context: owner thread (control path)
+ */
+bool virtqueue_set_resubmit(VirtQueue *vq, const uint16_t *heads, unsigned n);
+/* Heads of the resubmit list not popped yet. Context: owner thread */
+unsigned virtqueue_resubmit_pending(const VirtQueue *vq);
+
 #endif /* VBLK_VIRTQUEUE_H */

@@ -55,6 +55,7 @@ struct VhostUserBlkExport {
     unsigned nq;
     VirtQueue *vq[VHOST_USER_MAX_QUEUES];
     VirtIOBlkQueue *bq[VHOST_USER_MAX_QUEUES];
+    VhostUserInflightTracker *tracker[VHOST_USER_MAX_QUEUES]; /* with SET_INFLIGHT_FD */
 };
 
 /* ---- device model (VhostUserDevOps) ---- */
@@ -129,6 +130,8 @@ static void vub_free_queues(VhostUserBlkExport *e)
             virtqueue_free(e->vq[i]);
             e->vq[i] = NULL;
         }
+        vhost_user_inflight_tracker_free(e->tracker[i]);
+        e->tracker[i] = NULL;
     }
     e->nq = 0;
 }
@@ -154,7 +157,32 @@ static bool vub_start(void *opaque, const GuestMem *gm, const VhostUserRing *rin
         /* Continue at the front end's base; the used index is what guest memory says. */
         virtqueue_get_state(e->vq[i], &st);
         st.last_avail_idx = rings[i].last_avail_idx;
-        virtqueue_set_state(e->vq[i], &st);
+        if (rings[i].inflight) {
+            uint16_t heads[VHOST_USER_MAX_RING_SIZE];
+            unsigned nh;
+
+            /*
+             * With an inflight region the region knows better than the base:
+             * every chain the ring took is either used or still marked, so the
+             * next one to take is used_idx + the marked ones (which go first).
+             */
+            e->tracker[i] =
+                vhost_user_inflight_tracker_new(rings[i].inflight, rings[i].inflight_desc_num,
+                                                rings[i].num, st.used_idx, heads, &nh);
+            st.last_avail_idx = (uint16_t)(st.used_idx + nh);
+            virtqueue_set_state(e->vq[i], &st);
+            if (!virtqueue_set_resubmit(e->vq[i], heads, nh)) {
+                g_set_error(errp, VUB_ERROR, EINVAL, "ring %u: bad inflight heads", i);
+                goto fail;
+            }
+            virtqueue_set_tracker(e->vq[i], &vhost_user_inflight_tracker_ops, e->tracker[i]);
+            if (nh) {
+                error_report_id(e->id, "ring %u: resubmitting %u requests that were in flight", i,
+                                nh);
+            }
+        } else {
+            virtqueue_set_state(e->vq[i], &st);
+        }
         virtqueue_set_broken_notifier(e->vq[i], vub_queue_broken, e);
         e->bq[i] = virtio_blk_queue_new(e->blk, e->vq[i], NULL, NULL, errp);
         if (!e->bq[i]) {
@@ -190,6 +218,16 @@ static bool vub_start(void *opaque, const GuestMem *gm, const VhostUserRing *rin
         dp_switch_free(e->sw);
         e->sw = NULL;
         goto fail;
+    }
+    /* Requests to resubmit go first and need no guest kick: kick on its behalf. */
+    for (unsigned i = 0; i < n; i++) {
+        if (e->tracker[i]) {
+            uint64_t one = 1;
+
+            if (write(rings[i].kick_fd, &one, sizeof(one)) != sizeof(one)) {
+                error_report_id(e->id, "ring %u: kick: %s", i, g_strerror(errno));
+            }
+        }
     }
     return true;
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "virtio/guestmem.h"
+#include "virtio/virtqueue.h"
 
 #define VHOST_USER_MAX_QUEUES    64
 #define VHOST_USER_MAX_RING_SIZE 1024
@@ -56,6 +57,8 @@ enum {
     VHOST_USER_SET_VRING_ENABLE = 18,
     VHOST_USER_GET_CONFIG = 24,
     VHOST_USER_SET_CONFIG = 25,
+    VHOST_USER_GET_INFLIGHT_FD = 31,
+    VHOST_USER_SET_INFLIGHT_FD = 32,
     VHOST_USER_GET_MAX_MEM_SLOTS = 36,
     VHOST_USER_ADD_MEM_REG = 37,
     VHOST_USER_REM_MEM_REG = 38,
@@ -75,6 +78,7 @@ enum {
 #define VHOST_USER_PROTOCOL_F_MQ                  0
 #define VHOST_USER_PROTOCOL_F_REPLY_ACK           3
 #define VHOST_USER_PROTOCOL_F_CONFIG              9
+#define VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD      12
 #define VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS 15
 
 /* u64 payload of SET_VRING_KICK/CALL/ERR: ring index and "no fd". */
@@ -114,6 +118,70 @@ typedef struct VhostUserConfigHdr {
     uint32_t flags;
 } VhostUserConfigHdr;
 
+/* GET/SET_INFLIGHT_FD payload (24 bytes with the tail padding, as front ends send it). */
+typedef struct VhostUserInflight {
+    uint64_t mmap_size;
+    uint64_t mmap_offset;
+    uint16_t num_queues;
+    uint16_t queue_size;
+} VhostUserInflight;
+
+/*
+ * The shared inflight region for split rings (the vhost-user spec's "Inflight
+ * I/O tracking"): per queue a header and one state per descriptor, each queue
+ * rounded up to 64 bytes. The back end defines the layout (the front end only
+ * keeps the fd and hands it back), but the front end can write it at any
+ * time: every value read from it is bounded where it is used.
+ */
+typedef struct VhostUserInflightDesc {
+    uint8_t inflight; /* 1: popped, its used element not yet published */
+    uint8_t padding[5];
+    uint16_t next;    /* the batch chain: previous head pushed before the flush */
+    uint64_t counter; /* pop order */
+} VhostUserInflightDesc;
+
+typedef struct VhostUserInflightQueue {
+    uint64_t features;
+    uint16_t version;
+    uint16_t desc_num;
+    uint16_t last_batch_head; /* last head of the batch being published */
+    uint16_t used_idx;        /* used->idx once the batch is cleared */
+    VhostUserInflightDesc desc[];
+} VhostUserInflightQueue;
+
+#define VHOST_USER_INFLIGHT_ALIGN   64
+#define VHOST_USER_INFLIGHT_VERSION 1
+
+/* Bytes of one queue's part of the region for rings of @queue_size descriptors. */
+static inline uint64_t vhost_user_inflight_queue_bytes(unsigned queue_size)
+{
+    uint64_t n =
+        sizeof(VhostUserInflightQueue) + (uint64_t)queue_size * sizeof(VhostUserInflightDesc);
+
+    return (n + VHOST_USER_INFLIGHT_ALIGN - 1) & ~(uint64_t)(VHOST_USER_INFLIGHT_ALIGN - 1);
+}
+
+/*
+ * One ring's inflight tracking (vhost-user-inflight.c): installed on the
+ * VirtQueue as its tracker; the hooks run in the queue's owner thread.
+ */
+typedef struct VhostUserInflightTracker VhostUserInflightTracker;
+
+/*
+ * Recover ring state from @q (@desc_num descriptors; the ring has @num <=
+ * desc_num): a batch whose used index reached the guest (@guest_used_idx)
+ * but was not yet cleared is cleared; the heads still in flight are returned
+ * in @heads (room for @num) in pop order, *@n of them. Then track the ring.
+ * Context: control thread, the ring not served
+ */
+VhostUserInflightTracker *vhost_user_inflight_tracker_new(VhostUserInflightQueue *q,
+                                                          unsigned desc_num, unsigned num,
+                                                          uint16_t guest_used_idx, uint16_t *heads,
+                                                          unsigned *n);
+void vhost_user_inflight_tracker_free(VhostUserInflightTracker *t);
+/* The VirtQueue hooks; opaque = the tracker. */
+extern const VirtQueueTrackerOps vhost_user_inflight_tracker_ops;
+
 #define VHOST_USER_MEM_TABLE_MAX 8
 #define VHOST_USER_MAX_FDS       8
 /* Largest payload of any request we handle (GET/SET_CONFIG). */
@@ -126,6 +194,9 @@ typedef struct VhostUserRing {
     uint16_t last_avail_idx; /* where to continue (SET_VRING_BASE or the last stop) */
     int kick_fd;             /* the front end's kick eventfd (the device reads it) */
     int call_fd;             /* the front end's call eventfd, or -1 (no interrupts) */
+    /* This ring's part of the inflight region (SET_INFLIGHT_FD), or NULL. */
+    VhostUserInflightQueue *inflight;
+    unsigned inflight_desc_num; /* descriptors it has room for (>= num) */
 } VhostUserRing;
 
 /* What the device model provides. Context: the control thread. */

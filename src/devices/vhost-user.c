@@ -69,6 +69,11 @@ struct VhostUser {
     unsigned nregions;
     GuestMem *gm;
     VuRing rings[VHOST_USER_MAX_QUEUES];
+    /* SET_INFLIGHT_FD: the region's mapping, queues and ring size */
+    void *inflight_map;
+    size_t inflight_map_len;
+    uint8_t *inflight; /* start of queue 0's part */
+    unsigned inflight_nq, inflight_qsize;
     unsigned running; /* rings the device serves (0: stopped) */
     bool restart;     /* something the running device uses changed */
 
@@ -106,8 +111,8 @@ static const char *const vu_names[VHOST_USER_REQ_MAX] = {
     [28] = "POSTCOPY_ADVISE",
     [29] = "POSTCOPY_LISTEN",
     [30] = "POSTCOPY_END",
-    [31] = "GET_INFLIGHT_FD",
-    [32] = "SET_INFLIGHT_FD",
+    [VHOST_USER_GET_INFLIGHT_FD] = "GET_INFLIGHT_FD",
+    [VHOST_USER_SET_INFLIGHT_FD] = "SET_INFLIGHT_FD",
     [33] = "GPU_SET_SOCKET",
     [34] = "RESET_DEVICE",
     [35] = "VRING_KICK",
@@ -127,7 +132,7 @@ const char *vhost_user_request_name(uint32_t req)
 static uint64_t vu_protocol_features_offered(void)
 {
     return (1ull << VHOST_USER_PROTOCOL_F_MQ) | (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
-           (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
+           (1ull << VHOST_USER_PROTOCOL_F_CONFIG) | (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
            (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS);
 }
 
@@ -273,6 +278,22 @@ static bool vu_device_update(VhostUser *vu, GError **errp)
         o->last_avail_idx = r->base;
         o->kick_fd = r->kick_fd;
         o->call_fd = r->call_fd;
+        o->inflight = NULL;
+        o->inflight_desc_num = 0;
+        if (vu->inflight) {
+            /* Every served ring is tracked, or a kill could lose its requests. */
+            if (i >= vu->inflight_nq || r->num > vu->inflight_qsize) {
+                g_set_error(errp, VU_ERROR, EINVAL,
+                            "ring %u (size %u) is not covered by the inflight region (%u queues "
+                            "of %u)",
+                            i, r->num, vu->inflight_nq, vu->inflight_qsize);
+                return false;
+            }
+            o->inflight =
+                (VhostUserInflightQueue *)(vu->inflight +
+                                           i * vhost_user_inflight_queue_bytes(vu->inflight_qsize));
+            o->inflight_desc_num = vu->inflight_qsize;
+        }
     }
     if (!vu->ops->start(vu->opaque, vu->gm, rings, n, errp)) {
         return false;
@@ -382,19 +403,38 @@ static void vu_mem_clear(VhostUser *vu)
 
 /* ---- replies ---- */
 
-static bool vu_send(VhostUser *vu, uint32_t request, const void *payload, uint32_t size,
-                    GError **errp)
+/* Send a reply, with @fd attached when >= 0 (not consumed). */
+static bool vu_send_fd(VhostUser *vu, uint32_t request, const void *payload, uint32_t size, int fd,
+                       GError **errp)
 {
     uint8_t out[sizeof(VhostUserHdr) + VHOST_USER_MAX_PAYLOAD];
     VhostUserHdr h = {
         .request = request, .flags = VHOST_USER_VERSION | VHOST_USER_FLAG_REPLY, .size = size};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = out, .iov_len = sizeof(h) + size};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     ssize_t n;
 
     g_assert(size <= VHOST_USER_MAX_PAYLOAD);
     memcpy(out, &h, sizeof(h));
     memcpy(out + sizeof(h), payload, size);
+    if (fd >= 0) {
+        struct cmsghdr *c;
+
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof(ctl.buf);
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
     do {
-        n = send(vu->fd, out, sizeof(h) + size, MSG_NOSIGNAL);
+        n = sendmsg(vu->fd, &mh, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n != (ssize_t)(sizeof(h) + size)) {
         g_set_error(errp, VU_ERROR, EIO, "cannot send the reply: %s",
@@ -402,6 +442,12 @@ static bool vu_send(VhostUser *vu, uint32_t request, const void *payload, uint32
         return false;
     }
     return true;
+}
+
+static bool vu_send(VhostUser *vu, uint32_t request, const void *payload, uint32_t size,
+                    GError **errp)
+{
+    return vu_send_fd(vu, request, payload, size, -1, errp);
 }
 
 static bool vu_reply_u64(VhostUser *vu, uint32_t request, uint64_t v, GError **errp)
@@ -681,6 +727,154 @@ static bool vu_config(VhostUser *vu, VuMsg *m, GError **errp)
     return vu_send(vu, m->h.request, reply, (uint32_t)sizeof(c) + c.size, errp);
 }
 
+/* ---- inflight region (INFLIGHT_SHMFD) ---- */
+
+static void vu_inflight_unmap(VhostUser *vu)
+{
+    g_assert(!vu->running);
+    if (vu->inflight_map) {
+        munmap(vu->inflight_map, vu->inflight_map_len);
+    }
+    vu->inflight_map = NULL;
+    vu->inflight_map_len = 0;
+    vu->inflight = NULL;
+    vu->inflight_nq = vu->inflight_qsize = 0;
+}
+
+/* Common checks of GET/SET_INFLIGHT_FD; the region's size for that geometry into @size. */
+static bool vu_inflight_msg(VhostUser *vu, const VuMsg *m, VhostUserInflight *in, uint64_t *size,
+                            GError **errp)
+{
+    if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD),
+                 "INFLIGHT_SHMFD was not negotiated", errp) ||
+        !vu_payload_size(m, sizeof(*in), errp)) {
+        return false;
+    }
+    memcpy(in, m->p, sizeof(*in));
+    if (in->num_queues == 0 || in->num_queues > vu->num_queues) {
+        g_set_error(errp, VU_ERROR, EINVAL, "%u queues (1..%u)", in->num_queues, vu->num_queues);
+        return false;
+    }
+    if (in->queue_size == 0 || in->queue_size > VHOST_USER_MAX_RING_SIZE ||
+        (in->queue_size & (in->queue_size - 1))) {
+        g_set_error(errp, VU_ERROR, EINVAL, "queue size %u is not a power of two in 1..%d",
+                    in->queue_size, VHOST_USER_MAX_RING_SIZE);
+        return false;
+    }
+    *size = in->num_queues * vhost_user_inflight_queue_bytes(in->queue_size);
+    return true;
+}
+
+/* A new zeroed region (a memfd that cannot shrink) for the front end to keep. */
+static bool vu_get_inflight_fd(VhostUser *vu, VuMsg *m, GError **errp)
+{
+    VhostUserInflight in;
+    uint64_t size;
+    uint8_t *p;
+    int fd;
+    bool ok;
+
+    m->replied = true;
+    if (!vu_inflight_msg(vu, m, &in, &size, errp)) {
+        return false;
+    }
+    fd = memfd_create("vblk-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        g_set_error(errp, VU_ERROR, errno, "memfd_create: %s", g_strerror(errno));
+        return false;
+    }
+    if (ftruncate(fd, (off_t)size) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        g_set_error(errp, VU_ERROR, errno, "inflight region of %" PRIu64 " bytes: %s", size,
+                    g_strerror(errno));
+        close(fd);
+        return false;
+    }
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        g_set_error(errp, VU_ERROR, errno, "inflight region: mmap: %s", g_strerror(errno));
+        close(fd);
+        return false;
+    }
+    for (unsigned i = 0; i < in.num_queues; i++) {
+        VhostUserInflightQueue *q =
+            (VhostUserInflightQueue *)(p + i * vhost_user_inflight_queue_bytes(in.queue_size));
+
+        q->version = VHOST_USER_INFLIGHT_VERSION;
+        q->desc_num = in.queue_size;
+    }
+    munmap(p, size);
+    in.mmap_size = size;
+    in.mmap_offset = 0;
+    ok = vu_send_fd(vu, m->h.request, &in, sizeof(in), fd, errp);
+    close(fd);
+    return ok;
+}
+
+/* Map the region the front end hands (back): tracking starts with the rings. */
+static bool vu_set_inflight_fd(VhostUser *vu, const VuMsg *m, GError **errp)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    VhostUserInflight in;
+    uint64_t size;
+    struct stat st;
+    int seals;
+    void *p;
+
+    if (!vu_inflight_msg(vu, m, &in, &size, errp) || !vu_fd_count(vu, 1, errp)) {
+        return false;
+    }
+    for (unsigned i = 0; i < vu->num_queues; i++) {
+        if (vu->rings[i].started) {
+            g_set_error(errp, VU_ERROR, EBUSY, "ring %u is started (stop it with GET_VRING_BASE)",
+                        i);
+            return false;
+        }
+    }
+    if (in.mmap_size != size) {
+        g_set_error(errp, VU_ERROR, EINVAL,
+                    "mmap_size %" PRIu64 ", expected %" PRIu64 " for %u queues of %u", in.mmap_size,
+                    size, in.num_queues, in.queue_size);
+        return false;
+    }
+    if (in.mmap_offset & ((uint64_t)page - 1)) {
+        g_set_error(errp, VU_ERROR, EINVAL, "mmap_offset 0x%" PRIx64 " is not page-aligned",
+                    in.mmap_offset);
+        return false;
+    }
+    if (fstat(vu->fds[0], &st) < 0 || st.st_size < 0) {
+        g_set_error(errp, VU_ERROR, EINVAL, "inflight fd: cannot stat: %s", g_strerror(errno));
+        return false;
+    }
+    if (in.mmap_offset > (uint64_t)st.st_size || size > (uint64_t)st.st_size - in.mmap_offset) {
+        g_set_error(errp, VU_ERROR, EINVAL,
+                    "inflight region: offset 0x%" PRIx64 " + size 0x%" PRIx64
+                    " is beyond the end of its fd (0x%" PRIx64 ")",
+                    in.mmap_offset, size, (uint64_t)st.st_size);
+        return false;
+    }
+    /* A file that can shrink under the mapping would SIGBUS the daemon: only our own memfds. */
+    seals = fcntl(vu->fds[0], F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        g_set_error(
+            errp, VU_ERROR, EINVAL,
+            "the inflight fd is not a memfd sealed against shrinking (from GET_INFLIGHT_FD)");
+        return false;
+    }
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, vu->fds[0], (off_t)in.mmap_offset);
+    if (p == MAP_FAILED) {
+        g_set_error(errp, VU_ERROR, errno, "inflight region: mmap: %s", g_strerror(errno));
+        return false;
+    }
+    vu_inflight_unmap(vu);
+    vu->inflight_map = p;
+    vu->inflight_map_len = size;
+    vu->inflight = p;
+    vu->inflight_nq = in.num_queues;
+    vu->inflight_qsize = in.queue_size;
+    return true; /* the fd is closed with the message: the mapping keeps the memory */
+}
+
 static void vu_rings_reset(VhostUser *vu)
 {
     for (unsigned i = 0; i < VHOST_USER_MAX_QUEUES; i++) {
@@ -729,6 +923,7 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
     case VHOST_USER_SET_VRING_KICK:
     case VHOST_USER_SET_VRING_CALL:
     case VHOST_USER_SET_VRING_ERR:
+    case VHOST_USER_SET_INFLIGHT_FD:
         break;
     default:
         if (!vu_fd_count(vu, 0, errp)) {
@@ -930,6 +1125,10 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
             return false;
         }
         return vu_config(vu, m, errp);
+    case VHOST_USER_GET_INFLIGHT_FD:
+        return vu_get_inflight_fd(vu, m, errp);
+    case VHOST_USER_SET_INFLIGHT_FD:
+        return vu_set_inflight_fd(vu, m, errp);
     default:
         g_set_error(errp, VU_ERROR, ENOTSUP, "not supported");
         return false;
@@ -1111,6 +1310,7 @@ void vhost_user_detach(VhostUser *vu)
     vu_device_stop(vu);
     vu_rings_reset(vu);
     vu_mem_clear(vu);
+    vu_inflight_unmap(vu);
     vu_drop_msg_fds(vu);
     vu_close_fd(&vu->fd);
     vu->have = 0;

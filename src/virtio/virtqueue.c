@@ -43,6 +43,13 @@ struct VirtQueue {
     unsigned inflight;
     uint64_t *inflight_map; /* bit per head: popped, not yet pushed */
 
+    /* Optional tracker and resubmit list (vhost-user inflight); NULL/0 otherwise. */
+    const VirtQueueTrackerOps *tracker;
+    void *tracker_opaque;
+    uint16_t *resubmit;
+    unsigned resubmit_n, resubmit_next;
+    bool last_pop_resubmit;
+
     bool broken;
     char broken_reason[128];
     VirtQueueBrokenFn *broken_fn;
@@ -119,6 +126,7 @@ VirtQueue *virtqueue_new(const GuestMem *mem, unsigned num, uint64_t desc_gpa, u
 void virtqueue_free(VirtQueue *vq)
 {
     if (vq) {
+        g_free(vq->resubmit);
         g_free(vq->inflight_map);
         g_free(vq);
     }
@@ -184,6 +192,9 @@ bool virtqueue_has_avail(VirtQueue *vq)
 {
     if (vq->broken) {
         return false;
+    }
+    if (G_UNLIKELY(vq->resubmit_next < vq->resubmit_n)) {
+        return true;
     }
     if (vq->shadow_avail_idx != vq->last_avail_idx) {
         return true;
@@ -313,6 +324,31 @@ static bool vq_map_chain(VirtQueue *vq, VirtQueueElement *elem, uint16_t head)
     return true;
 }
 
+/* The next head of the resubmit list (checked < num and unique when set). */
+static int vq_pop_resubmit(VirtQueue *vq, VirtQueueElement *elem)
+{
+    uint16_t head = vq->resubmit[vq->resubmit_next];
+
+    if (inflight_test(vq, head)) {
+        virtqueue_set_broken(vq, "resubmitted head is already in flight");
+        return -EIO;
+    }
+    elem->out_num = elem->in_num = 0;
+    elem->out_len = elem->in_len = 0;
+    elem->head = head;
+    if (!vq_map_chain(vq, elem, head)) {
+        return -EIO;
+    }
+    vq->resubmit_next++;
+    vq->last_pop_resubmit = true;
+    inflight_flip(vq, head);
+    vq->inflight++;
+    if (vq->tracker) {
+        vq->tracker->popped(vq->tracker_opaque, head);
+    }
+    return 1;
+}
+
 /* Context: owner thread (hot path: no allocation, no lock) */
 int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
 {
@@ -320,6 +356,9 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
 
     if (vq->broken) {
         return -EIO;
+    }
+    if (G_UNLIKELY(vq->resubmit_next < vq->resubmit_n)) {
+        return vq_pop_resubmit(vq, elem);
     }
     if (vq->last_avail_idx == vq->shadow_avail_idx) {
         if (!vq_read_avail_idx(vq)) {
@@ -355,6 +394,12 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
         /* Kick me when you publish past what I have consumed. */
         qatomic_set(vq->avail_event, htole16(vq->last_avail_idx));
     }
+    if (G_UNLIKELY(vq->tracker || vq->resubmit_n)) {
+        vq->last_pop_resubmit = false;
+        if (vq->tracker) {
+            vq->tracker->popped(vq->tracker_opaque, head);
+        }
+    }
     return 1;
 }
 
@@ -366,6 +411,19 @@ void virtqueue_unpop(VirtQueue *vq, const VirtQueueElement *elem)
     }
     inflight_flip(vq, elem->head);
     vq->inflight--;
+    if (G_UNLIKELY(vq->last_pop_resubmit)) {
+        /*
+         * Back onto the resubmit list; it stays in flight for the tracker.
+         * Resubmitted heads are the first pops after set_resubmit, one after
+         * another, so the pop before this one was a resubmit too, if any.
+         */
+        vq->resubmit_next--;
+        vq->last_pop_resubmit = vq->resubmit_next > 0;
+        return;
+    }
+    if (G_UNLIKELY(vq->tracker)) {
+        vq->tracker->unpopped(vq->tracker_opaque, elem->head);
+    }
     vq->last_avail_idx--;
 }
 
@@ -383,6 +441,9 @@ bool virtqueue_push(VirtQueue *vq, uint16_t head, uint32_t len)
     vq->used_idx++;
     inflight_flip(vq, head);
     vq->inflight--;
+    if (G_UNLIKELY(vq->tracker)) {
+        vq->tracker->pushed(vq->tracker_opaque, head);
+    }
     return true;
 }
 
@@ -394,6 +455,9 @@ void virtqueue_flush(VirtQueue *vq)
     if (vq->broken || old == new) {
         return;
     }
+    if (G_UNLIKELY(vq->tracker)) {
+        vq->tracker->flush_begin(vq->tracker_opaque); /* ordered before used->idx too */
+    }
     /*
      * Used elements before the index that publishes them. Pairs with the
      * driver's smp_rmb() between reading used->idx and reading used->ring[].
@@ -401,6 +465,10 @@ void virtqueue_flush(VirtQueue *vq)
     smp_wmb();
     qatomic_set(&vq->used->idx, htole16(new));
     vq->published_used = new;
+    if (G_UNLIKELY(vq->tracker)) {
+        smp_wmb();
+        vq->tracker->flushed(vq->tracker_opaque, new);
+    }
     vq->flushed = true;
     /* If used idx wrapped past signalled_used, the cached value means nothing. */
     if ((uint16_t)(new - vq->signalled_used) < (uint16_t)(new - old)) {
@@ -501,4 +569,39 @@ unsigned virtqueue_inflight(const VirtQueue *vq)
 unsigned virtqueue_num(const VirtQueue *vq)
 {
     return vq->num;
+}
+
+/* Context: owner thread (control path) */
+void virtqueue_set_tracker(VirtQueue *vq, const VirtQueueTrackerOps *ops, void *opaque)
+{
+    vq->tracker = ops;
+    vq->tracker_opaque = opaque;
+}
+
+/* Context: owner thread (control path) */
+bool virtqueue_set_resubmit(VirtQueue *vq, const uint16_t *heads, unsigned n)
+{
+    g_autofree uint64_t *seen = g_new0(uint64_t, (vq->num + 63) / 64);
+
+    if (vq->inflight || n > vq->num) {
+        return false;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (heads[i] >= vq->num || (seen[heads[i] / 64] & (1ull << (heads[i] % 64)))) {
+            return false;
+        }
+        seen[heads[i] / 64] |= 1ull << (heads[i] % 64);
+    }
+    g_free(vq->resubmit);
+    vq->resubmit = n ? g_memdup2(heads, n * sizeof(heads[0])) : NULL;
+    vq->resubmit_n = n;
+    vq->resubmit_next = 0;
+    vq->last_pop_resubmit = false;
+    return true;
+}
+
+/* Context: owner thread */
+unsigned virtqueue_resubmit_pending(const VirtQueue *vq)
+{
+    return vq->resubmit_n - vq->resubmit_next;
 }

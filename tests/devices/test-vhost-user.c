@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -52,6 +53,8 @@ enum {
     SET_VRING_ENABLE = 18,
     GET_CONFIG = 24,
     SET_CONFIG = 25,
+    GET_INFLIGHT_FD = 31,
+    SET_INFLIGHT_FD = 32,
     GET_MAX_MEM_SLOTS = 36,
     ADD_MEM_REG = 37,
     REM_MEM_REG = 38,
@@ -60,6 +63,7 @@ enum {
 #define P_MQ                (1ull << 0)
 #define P_REPLY_ACK         (1ull << 3)
 #define P_CONFIG            (1ull << 9)
+#define P_INFLIGHT          (1ull << 12)
 #define P_MEM_SLOTS         (1ull << 15)
 #define NEED_REPLY          (1u << 3)
 #define FAKE_UVA            0x7e0000000000ull /* front-end addresses: not ours, not GPAs */
@@ -401,6 +405,7 @@ static void fe_enable(Fe *fe, unsigned i, unsigned on)
 }
 
 static void fe_handshake(Fe *fe);
+static bool fe_want_inflight; /* fe_handshake: negotiate INFLIGHT_SHMFD too */
 
 /* Connect and negotiate up to (not including) the memory table. */
 static Fe *fe_open(Daemon *dm, unsigned nregions)
@@ -420,8 +425,9 @@ static void fe_handshake(Fe *fe)
     fe->host_features = fe_get_u64(fe, GET_FEATURES);
     g_assert_true(fe->host_features & F_PROTOCOL_FEATURES);
     fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
-    fe->proto &= P_MQ | P_REPLY_ACK | P_CONFIG;
-    g_assert_cmphex(fe->proto, ==, P_MQ | P_REPLY_ACK | P_CONFIG);
+    fe->proto &= P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0);
+    g_assert_cmphex(fe->proto, ==,
+                    P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0));
     fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
     g_assert_cmpuint(fe_get_u64(fe, GET_QUEUE_NUM), >=, NQ);
     fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0);
@@ -601,6 +607,388 @@ static void test_reconnect(void)
     }
     fe_close(fe);
     daemon_stop(dm);
+}
+
+/* ---- inflight I/O tracking (INFLIGHT_SHMFD) ---- */
+
+typedef struct {
+    uint64_t mmap_size, mmap_offset;
+    uint16_t num_queues, queue_size;
+    uint32_t pad;
+} FeInflight;
+
+/* The back end's layout (docs/vhost-user.md): per queue 16 + 16 * size bytes, 64-aligned. */
+typedef struct {
+    uint8_t inflight;
+    uint8_t padding[5];
+    uint16_t next;
+    uint64_t counter;
+} FeInflightDesc;
+
+typedef struct {
+    uint64_t features;
+    uint16_t version, desc_num, last_batch_head, used_idx;
+    FeInflightDesc desc[];
+} FeInflightQueue;
+
+static uint64_t inflight_queue_bytes(unsigned qs)
+{
+    return (16 + 16ull * qs + 63) & ~63ull;
+}
+
+static void fe_negotiate_inflight(Fe *fe)
+{
+    fe->proto |= P_INFLIGHT;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+}
+
+/* GET_INFLIGHT_FD: the reply and its one fd. */
+static int fe_get_inflight(Fe *fe, uint16_t nq, uint16_t qs, FeInflight *out)
+{
+    FeInflight in = {.num_queues = nq, .queue_size = qs};
+    union {
+        char b[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    uint8_t buf[12 + sizeof(FeInflight)];
+    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
+    struct pollfd p = {.fd = fe->s, .events = POLLIN};
+    uint32_t h[3];
+    struct cmsghdr *c;
+    int fd = -1;
+
+    g_assert_cmpuint(sizeof(FeInflight), ==, 24);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+    g_assert_cmpint(poll(&p, 1, 10000), ==, 1);
+    /* The whole reply arrives in one segment with its fd (the daemon sends it with one sendmsg). */
+    g_assert_cmpint(recvmsg(fe->s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL), ==, sizeof(buf));
+    memcpy(h, buf, 12);
+    g_assert_cmpuint(h[0], ==, GET_INFLIGHT_FD);
+    g_assert_cmphex(h[1], ==, 0x5);
+    g_assert_cmpuint(h[2], ==, sizeof(FeInflight));
+    memcpy(out, buf + 12, sizeof(*out));
+    for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            g_assert_cmpuint(c->cmsg_len, ==, CMSG_LEN(sizeof(int)));
+            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        }
+    }
+    g_assert_cmpint(fd, >=, 0);
+    return fd;
+}
+
+static void fe_set_inflight(Fe *fe, int fd, const FeInflight *in)
+{
+    fe_send(fe, SET_INFLIGHT_FD, NEED_REPLY, in, sizeof(*in), &fd, 1);
+    fe_ack(fe, SET_INFLIGHT_FD);
+}
+
+static FeInflightQueue *inflight_queue(void *map, unsigned qs, unsigned i)
+{
+    return (FeInflightQueue *)((uint8_t *)map + i * inflight_queue_bytes(qs));
+}
+
+static unsigned inflight_count(FeInflightQueue *q, unsigned qs)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < qs; i++) {
+        n += __atomic_load_n(&q->desc[i].inflight, __ATOMIC_RELAXED) != 0;
+    }
+    return n;
+}
+
+/*
+ * GET_INFLIGHT_FD: an fd (a sealed memfd) of exactly the advertised size,
+ * initialised per queue; SET_INFLIGHT_FD takes it back; the region then
+ * follows real I/O (nothing left in flight, used_idx = the ring's).
+ */
+static void test_inflight_fd(void)
+{
+    Daemon *dm = daemon_start(false);
+    Fe *fe;
+    FeInflight r;
+    struct stat st;
+    uint8_t buf[4096];
+    void *map;
+    int fd;
+
+    fe_want_inflight = true;
+    fe = fe_open(dm, 2);
+    fe_want_inflight = false;
+    /* Two geometries: the largest ring, and the one used below. */
+    fd = fe_get_inflight(fe, 1, 1024, &r);
+    g_assert_cmpuint(r.num_queues, ==, 1);
+    g_assert_cmpuint(r.queue_size, ==, 1024);
+    g_assert_cmpuint(r.mmap_offset, ==, 0);
+    g_assert_cmpuint(r.mmap_size, ==, inflight_queue_bytes(1024));
+    g_assert_cmpint(fstat(fd, &st), ==, 0);
+    g_assert_cmpint(st.st_size, ==, (off_t)r.mmap_size);
+    close(fd);
+    fd = fe_get_inflight(fe, NQ, 128, &r);
+    g_assert_cmpuint(r.mmap_size, ==, NQ * inflight_queue_bytes(128));
+    g_assert_cmpint(fstat(fd, &st), ==, 0);
+    g_assert_cmpint(st.st_size, ==, (off_t)r.mmap_size);
+    g_assert_cmpint(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK, !=, 0);
+    map = mmap(NULL, r.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(map != MAP_FAILED);
+    for (unsigned i = 0; i < NQ; i++) {
+        g_assert_cmpuint(inflight_queue(map, 128, i)->version, ==, 1);
+        g_assert_cmpuint(inflight_queue(map, 128, i)->desc_num, ==, 128);
+        g_assert_cmpuint(inflight_count(inflight_queue(map, 128, i), 128), ==, 0);
+    }
+    fe_set_inflight(fe, fd, &r);
+    fe_start(fe, NQ);
+    for (unsigned i = 0; i < 10; i++) {
+        memset(buf, 0x11 + i, sizeof(buf));
+        g_assert_cmpuint(fe_io(fe, i % NQ, VIRTIO_BLK_T_OUT, i * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+    }
+    for (unsigned i = 0; i < NQ; i++) {
+        FeInflightQueue *q = inflight_queue(map, 128, i);
+
+        g_assert_cmpuint(inflight_count(q, 128), ==, 0);
+        g_assert_cmpuint(__atomic_load_n(&q->used_idx, __ATOMIC_ACQUIRE), ==,
+                         testvq_used_idx(fe->vq[i]));
+        g_assert_cmpuint(q->used_idx, ==, 5);
+    }
+    munmap(map, r.mmap_size);
+    close(fd);
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+/* kill -9 and a new daemon on the same directory, image and socket. */
+static Daemon *daemon_crash_restart(Daemon *dm, const char *blockdev, const char *extra)
+{
+    Daemon *old = dm;
+    int status;
+
+    kill(dm->pid, SIGKILL);
+    g_assert_cmpint(waitpid(dm->pid, &status, 0), ==, dm->pid);
+    g_assert_true(WIFSIGNALED(status));
+    g_spawn_close_pid(dm->pid);
+    keep_image = true;
+    blockdev_override = blockdev;
+    export_extra = extra;
+    dm = daemon_start(false);
+    keep_image = false;
+    blockdev_override = NULL;
+    export_extra = "";
+    g_free(old->dir);
+    g_free(old->sock);
+    g_free(old->img);
+    g_free(old->log);
+    g_free(old->pidfile);
+    g_free(old);
+    return dm;
+}
+
+/* QEMU's reconnect: handshake, SET_INFLIGHT_FD with the kept fd, rings at the used index. */
+static void fe_reconnect_inflight(Fe *fe, Daemon *dm, int fd, const FeInflight *r)
+{
+    g_assert_true(fe_dropped(fe));
+    close(fe->s);
+    fe->s = fe_connect(dm->sock);
+    fe_want_inflight = true;
+    fe_handshake(fe);
+    fe_want_inflight = false;
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_set_inflight(fe, fd, r);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_vring(fe, i, 128); /* SET_VRING_BASE = the used index */
+    }
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_enable(fe, i, 1);
+    }
+}
+
+#define KILL_ACKED    16 /* writes acknowledged before the first kill */
+#define KILL_INFLIGHT 32 /* writes in flight at the second kill */
+
+/*
+ * Requests in flight at kill -9 complete exactly once after a restart.
+ * 1. daemon A (file node; @extra picks the path): inflight region set up,
+ *    16 writes acknowledged; kill -9 between requests.
+ * 2. daemon B on the same socket, a null node that answers after 60 s (the
+ *    block layer's null driver; the dataplane's has no latency): the front
+ *    end reconnects with the region, 32 writes (16 per queue) are popped and
+ *    marked in flight (watched in the region); kill -9 with all 32 in flight
+ *    and none completed.
+ * 3. daemon C (file node again, same image, @extra's path): reconnect with
+ *    SET_INFLIGHT_FD and SET_VRING_BASE = used index, no kick. Each of the
+ *    32 heads must come back exactly once (one used element each, nothing
+ *    more after a pause), status OK, the region clean, and all 48 writes on
+ *    disk with their data. Then the rings go on with new I/O.
+ */
+static void inflight_kill(const char *extra)
+{
+    static const char *slow =
+        "driver=null-co,node-name=disk,size=16M,read-zeroes=on,latency-ns=60000000000";
+    Daemon *dm;
+    Fe *fe;
+    FeInflight r;
+    TestBlkReq req[KILL_INFLIGHT], ids[KILL_INFLIGHT];
+    unsigned nids = 0;
+    uint8_t buf[4096], f[4096];
+    unsigned seen[NQ][128];
+    void *map;
+    int fd, imgfd;
+    g_autofree char *log = NULL;
+
+    export_extra = extra;
+    dm = daemon_start(false);
+    export_extra = "";
+    fe_want_inflight = true;
+    fe = fe_open(dm, 2);
+    fe_want_inflight = false;
+    /* QEMU 7.2's order: features, GET/SET_INFLIGHT_FD, then memory and rings. */
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fd = fe_get_inflight(fe, NQ, 128, &r);
+    fe_set_inflight(fe, fd, &r);
+    map = mmap(NULL, r.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(map != MAP_FAILED);
+    fe_start(fe, NQ);
+    memset(seen, 0, sizeof(seen));
+    for (unsigned i = 0; i < KILL_ACKED; i++) {
+        memset(buf, 0x40 + i, sizeof(buf));
+        g_assert_cmpuint(fe_io(fe, i % NQ, VIRTIO_BLK_T_OUT, i * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+    }
+
+    /*
+     * 2: a slow daemon takes 32 writes and is killed with all of them in
+     * flight. Between them, GET_ID requests complete at once, so the used
+     * ring runs ahead out of order: resuming at the used index alone would
+     * repeat some of those and lose some writes.
+     */
+    dm = daemon_crash_restart(dm, slow, ",x-data-plane=off");
+    fe_reconnect_inflight(fe, dm, fd, &r);
+    for (unsigned i = 0; i < KILL_INFLIGHT; i++) {
+        memset(buf, 0x80 + i, sizeof(buf));
+        req[i] = testblk_submit(fe->vq[i % NQ], VIRTIO_BLK_T_OUT, 1000 + i * 8, buf, 4096, i & 2);
+        g_assert_cmpint(req[i].head, >=, 0);
+        if (i % 4 == 3) {
+            /* after every second write of a queue */
+            for (unsigned q = 0; q < NQ; q++) {
+                ids[nids] = testblk_submit(fe->vq[q], VIRTIO_BLK_T_GET_ID, 0, NULL, 20, false);
+                g_assert_cmpint(ids[nids].head, >=, 0);
+                nids++;
+            }
+        }
+    }
+    for (unsigned q = 0; q < NQ; q++) {
+        testvq_kick_force(fe->vq[q]);
+    }
+    for (unsigned t = 0; t < 1000; t++) {
+        if (inflight_count(inflight_queue(map, 128, 0), 128) == KILL_INFLIGHT / NQ &&
+            inflight_count(inflight_queue(map, 128, 1), 128) == KILL_INFLIGHT / NQ &&
+            testvq_used_idx(fe->vq[0]) == (KILL_ACKED + nids) / NQ &&
+            testvq_used_idx(fe->vq[1]) == (KILL_ACKED + nids) / NQ) {
+            break;
+        }
+        g_usleep(10000);
+    }
+    for (unsigned q = 0; q < NQ; q++) {
+        FeInflightQueue *iq = inflight_queue(map, 128, q);
+        uint16_t head;
+        uint32_t len;
+
+        g_assert_cmpuint(inflight_count(iq, 128), ==, KILL_INFLIGHT / NQ);
+        /* Only the GET_IDs completed, after the writes in the avail ring. */
+        g_assert_cmpuint(testvq_used_idx(fe->vq[q]), ==, (KILL_ACKED + nids) / NQ);
+        g_assert_cmpuint(iq->used_idx, ==, (KILL_ACKED + nids) / NQ);
+        for (unsigned n = 0; n < nids / NQ; n++) {
+            g_assert_true(testvq_get_used(fe->vq[q], &head, &len));
+            seen[q][head]++;
+        }
+    }
+    for (unsigned i = 0; i < nids; i++) {
+        g_assert_cmpuint(seen[i % NQ][ids[i].head], ==, 1);
+        g_assert_cmpuint(testblk_status(fe->vq[i % NQ], &ids[i]), ==, VIRTIO_BLK_S_OK);
+    }
+    for (unsigned i = 0; i < KILL_INFLIGHT; i++) {
+        g_assert_cmpuint(inflight_queue(map, 128, i % NQ)->desc[req[i].head].inflight, ==, 1);
+    }
+
+    /* 3: the real disk again; the front end hands the region back and waits. */
+    dm = daemon_crash_restart(dm, NULL, extra);
+    fe_reconnect_inflight(fe, dm, fd, &r);
+    memset(seen, 0, sizeof(seen));
+    for (unsigned q = 0; q < NQ; q++) {
+        unsigned want = (KILL_ACKED + nids + KILL_INFLIGHT) / NQ;
+        uint16_t head;
+        uint32_t len;
+
+        for (unsigned t = 0; t < 1000 && testvq_used_idx(fe->vq[q]) != want; t++) {
+            g_usleep(10000);
+        }
+        g_assert_cmpuint(testvq_used_idx(fe->vq[q]), ==, want);
+        for (unsigned n = 0; n < KILL_INFLIGHT / NQ; n++) {
+            g_assert_true(testvq_get_used(fe->vq[q], &head, &len));
+            g_assert_cmpuint(head, <, 128);
+            seen[q][head]++;
+            g_assert_cmpuint(len, ==, 1); /* a write: only the status byte */
+        }
+        g_assert_false(testvq_get_used(fe->vq[q], &head, &len));
+    }
+    for (unsigned i = 0; i < KILL_INFLIGHT; i++) {
+        g_assert_cmpuint(seen[i % NQ][req[i].head], ==, 1);
+        g_assert_cmpuint(testblk_status(fe->vq[i % NQ], &req[i]), ==, VIRTIO_BLK_S_OK);
+    }
+    /* Exactly once: nothing more shows up later. */
+    g_usleep(300000);
+    for (unsigned q = 0; q < NQ; q++) {
+        FeInflightQueue *iq = inflight_queue(map, 128, q);
+
+        g_assert_cmpuint(testvq_used_idx(fe->vq[q]), ==, (KILL_ACKED + nids + KILL_INFLIGHT) / NQ);
+        g_assert_cmpuint(inflight_count(iq, 128), ==, 0);
+        g_assert_cmpuint(iq->used_idx, ==, (KILL_ACKED + nids + KILL_INFLIGHT) / NQ);
+    }
+    log = daemon_log(dm);
+    g_assert_nonnull(strstr(log, "exp0: ring 0: resubmitting 16 requests that were in flight"));
+    g_assert_nonnull(strstr(log, "exp0: ring 1: resubmitting 16 requests that were in flight"));
+    /* Every write on disk: the acknowledged ones and the resubmitted ones. */
+    imgfd = open(dm->img, O_RDONLY);
+    g_assert_cmpint(imgfd, >=, 0);
+    for (unsigned i = 0; i < KILL_ACKED + KILL_INFLIGHT; i++) {
+        bool acked = i < KILL_ACKED;
+        unsigned j = acked ? i : i - KILL_ACKED;
+
+        memset(buf, acked ? 0x40 + j : 0x80 + j, sizeof(buf));
+        g_assert_cmpint(pread(imgfd, f, 4096, (acked ? j * 8 : 1000 + j * 8) * 512), ==, 4096);
+        g_assert_cmpmem(f, 4096, buf, 4096);
+    }
+    close(imgfd);
+    /* The rings go on: the next request of each queue is new and served once. */
+    for (unsigned q = 0; q < NQ; q++) {
+        memset(buf, 0xc0 + q, sizeof(buf));
+        g_assert_cmpuint(fe_io(fe, q, VIRTIO_BLK_T_OUT, 3000 + q * 8, buf, 4096), ==,
+                         VIRTIO_BLK_S_OK);
+        memset(f, 0, sizeof(f));
+        g_assert_cmpuint(fe_io(fe, q, VIRTIO_BLK_T_IN, 3000 + q * 8, f, 4096), ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpmem(f, 4096, buf, 4096);
+        g_assert_cmpuint(testvq_used_idx(fe->vq[q]), ==,
+                         (KILL_ACKED + nids + KILL_INFLIGHT) / NQ + 2);
+    }
+    munmap(map, r.mmap_size);
+    close(fd);
+    fe_close(fe);
+    daemon_stop(dm);
+}
+
+static void test_inflight_kill(void)
+{
+    inflight_kill("");
+}
+
+static void test_inflight_kill_block_layer(void)
+{
+    inflight_kill(",x-data-plane=off");
 }
 
 /*
@@ -1007,6 +1395,165 @@ static void h_truncated(Fe *fe)
     shutdown(fe->s, SHUT_WR);
 }
 
+static void h_inflight_unnegotiated(Fe *fe)
+{
+    FeInflight in = {.num_queues = 1, .queue_size = 128};
+
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+}
+
+static void h_inflight_queues(Fe *fe)
+{
+    FeInflight in = {.num_queues = NQ + 1, .queue_size = 128};
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+}
+
+static void h_inflight_qsize(Fe *fe)
+{
+    FeInflight in = {.num_queues = 1, .queue_size = 100};
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+}
+
+static void h_inflight_qsize_big(Fe *fe)
+{
+    FeInflight in = {.num_queues = 1, .queue_size = 2048};
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+}
+
+static void h_inflight_payload(Fe *fe)
+{
+    FeInflight in = {.num_queues = 1, .queue_size = 128};
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, 20, NULL, 0);
+}
+
+/* A sealed memfd of @size bytes, as GET_INFLIGHT_FD would give (or not sealed). */
+static int inflight_memfd(uint64_t size, bool seal)
+{
+    int fd = memfd_create("fake-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, (off_t)size), ==, 0);
+    if (seal) {
+        g_assert_cmpint(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), ==, 0);
+    }
+    return fd;
+}
+
+static void h_inflight_small_fd(Fe *fe)
+{
+    FeInflight in = {
+        .mmap_size = NQ * inflight_queue_bytes(128), .num_queues = NQ, .queue_size = 128};
+    int fd = inflight_memfd(4096, true);
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+static void h_inflight_size_mismatch(Fe *fe)
+{
+    FeInflight in = {.mmap_size = 8192, .num_queues = NQ, .queue_size = 128};
+    int fd = inflight_memfd(8192, true);
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+static void h_inflight_offset(Fe *fe)
+{
+    FeInflight in = {.mmap_size = inflight_queue_bytes(64),
+                     .mmap_offset = 100,
+                     .num_queues = 1,
+                     .queue_size = 64};
+    int fd = inflight_memfd(65536, true);
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+static void h_inflight_unsealed(Fe *fe)
+{
+    FeInflight in = {.mmap_size = inflight_queue_bytes(128), .num_queues = 1, .queue_size = 128};
+    int fd = inflight_memfd(inflight_queue_bytes(128), false);
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+/* Sealed against writes too: the back end's shared writable mmap fails. */
+static void h_inflight_mmap_fails(Fe *fe)
+{
+    FeInflight in = {.mmap_size = inflight_queue_bytes(128), .num_queues = 1, .queue_size = 128};
+    int fd = inflight_memfd(inflight_queue_bytes(128), true);
+
+    g_assert_cmpint(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), ==, 0);
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+static void h_inflight_no_fd(Fe *fe)
+{
+    FeInflight in = {.mmap_size = inflight_queue_bytes(128), .num_queues = 1, .queue_size = 128};
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &in, sizeof(in), NULL, 0);
+}
+
+static void h_inflight_fd_on_get(Fe *fe)
+{
+    FeInflight in = {.num_queues = 1, .queue_size = 128};
+    int fd = inflight_memfd(4096, true);
+
+    fe_negotiate_inflight(fe);
+    fe_send(fe, GET_INFLIGHT_FD, 0, &in, sizeof(in), &fd, 1);
+    close(fd);
+}
+
+/* SET_INFLIGHT_FD after the ring was kicked (started). */
+static void h_inflight_started(Fe *fe)
+{
+    FeInflight r;
+    int fd;
+
+    fe_negotiate_inflight(fe);
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    fd = fe_get_inflight(fe, 1, 128, &r);
+    fe_vring(fe, 0, 128);
+    fe_send(fe, SET_INFLIGHT_FD, 0, &r, sizeof(r), &fd, 1);
+    close(fd);
+}
+
+/* A region for rings of 64, then a ring of 128: refused when the ring would start. */
+static void h_inflight_uncovered(Fe *fe)
+{
+    FeInflight r;
+    int fd;
+
+    fe_negotiate_inflight(fe);
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fd = fe_get_inflight(fe, 1, 64, &r);
+    fe_set_inflight(fe, fd, &r);
+    close(fd);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    fe_vring(fe, 0, 128);
+    fe_send(fe, SET_VRING_ENABLE, 0, (uint32_t[2]){0, 1}, 8, NULL, 0);
+}
+
 typedef struct Hostile {
     const char *name;
     HostileFn *fn;
@@ -1047,6 +1594,33 @@ static const Hostile hostile[] = {
     {"mem-slots-unnegotiated", h_mem_slots_unnegotiated,
      " VHOST_USER_GET_MAX_MEM_SLOTS: CONFIGURE_MEM_SLOTS was not negotiated"},
     {"truncated", h_truncated, " VHOST_USER_SET_FEATURES: connection closed inside a message"},
+    {"inflight-unnegotiated", h_inflight_unnegotiated,
+     " VHOST_USER_GET_INFLIGHT_FD: INFLIGHT_SHMFD was not negotiated"},
+    {"inflight-queues", h_inflight_queues, " VHOST_USER_GET_INFLIGHT_FD: 3 queues (1..2)"},
+    {"inflight-qsize", h_inflight_qsize,
+     " VHOST_USER_GET_INFLIGHT_FD: queue size 100 is not a power of two in 1..1024"},
+    {"inflight-qsize-big", h_inflight_qsize_big,
+     " VHOST_USER_GET_INFLIGHT_FD: queue size 2048 is not a power of two in 1..1024"},
+    {"inflight-payload", h_inflight_payload,
+     " VHOST_USER_GET_INFLIGHT_FD: payload of 20 bytes, expected 24"},
+    {"inflight-fd-on-get", h_inflight_fd_on_get, " VHOST_USER_GET_INFLIGHT_FD: 1 fds, expected 0"},
+    {"inflight-small-fd", h_inflight_small_fd,
+     " VHOST_USER_SET_INFLIGHT_FD: inflight region: offset 0x0 + size 0x1080 is beyond the end of "
+     "its fd (0x1000)"},
+    {"inflight-size-mismatch", h_inflight_size_mismatch,
+     " VHOST_USER_SET_INFLIGHT_FD: mmap_size 8192, expected 4224 for 2 queues of 128"},
+    {"inflight-offset", h_inflight_offset,
+     " VHOST_USER_SET_INFLIGHT_FD: mmap_offset 0x64 is not page-aligned"},
+    {"inflight-unsealed", h_inflight_unsealed,
+     " VHOST_USER_SET_INFLIGHT_FD: the inflight fd is not a memfd sealed against shrinking"},
+    {"inflight-mmap-fails", h_inflight_mmap_fails,
+     " VHOST_USER_SET_INFLIGHT_FD: inflight region: mmap: Operation not permitted"},
+    {"inflight-no-fd", h_inflight_no_fd, " VHOST_USER_SET_INFLIGHT_FD: 0 fds, expected 1"},
+    {"inflight-started", h_inflight_started,
+     " VHOST_USER_SET_INFLIGHT_FD: ring 0 is started (stop it with GET_VRING_BASE)"},
+    {"inflight-uncovered", h_inflight_uncovered,
+     " VHOST_USER_SET_VRING_ENABLE: ring 0 (size 128) is not covered by the inflight region (1 "
+     "queues of 64)"},
 };
 
 /* Each hostile message drops its connection with the right line; the daemon serves the next. */
@@ -1404,6 +1978,9 @@ int main(int argc, char **argv)
     g_test_add_func("/vhost-user/io", test_io);
     g_test_add_func("/vhost-user/io-block-layer", test_io_block_layer);
     g_test_add_func("/vhost-user/reconnect", test_reconnect);
+    g_test_add_func("/vhost-user/inflight-fd", test_inflight_fd);
+    g_test_add_func("/vhost-user/inflight-kill", test_inflight_kill);
+    g_test_add_func("/vhost-user/inflight-kill-block-layer", test_inflight_kill_block_layer);
     g_test_add_func("/vhost-user/ch-order", test_ch_order);
     g_test_add_func("/vhost-user/stop-inflight", test_stop_inflight);
     g_test_add_func("/vhost-user/config", test_config);
