@@ -18,6 +18,15 @@ void machine_exit_watchdog_arm(void);
 /* The signal (SIGINT, SIGTERM, SIGHUP) that ended the VM, or 0. Context: main thread */
 int machine_exit_signal(void);
 /*
+ * The SIGUSR2 debug thread starts with the main loop and runs until the
+ * teardown is over, so a stuck exit can still be dumped. Context: main thread
+ */
+void machine_debug_stop(void);
+/* From the SIGALRM handler: have the debug thread dump the state, then exit 1. */
+bool machine_debug_watchdog_fire(void);
+/* Write @msg to stderr and _exit(1). Async-signal-safe. */
+G_NORETURN void machine_exit_now(const char *msg);
+/*
  * Machine reset minus the vCPU pause: every device to power-on state, boot images
  * reloaded, in-kernel chips and vCPUs restored, BSP at the kernel entry.
  * Context: main thread, BQL held, every vCPU paused

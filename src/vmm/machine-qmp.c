@@ -568,7 +568,9 @@ static gint machine_bql_poll(GPollFD *fds, guint nfds, gint timeout)
 
 static pthread_t debug_thread;
 static bool debug_thread_started; /* main thread only */
+static atomic_bool debug_thread_running; /* for the SIGALRM handler */
 static atomic_bool debug_thread_stop;
+static atomic_bool debug_watchdog_fired;
 
 /* Context: main thread, before any other thread exists */
 void machine_block_debug_signal(void)
@@ -611,6 +613,11 @@ static void *machine_debug_thread(void *opaque)
         if (sigwait(&set, &sig) != 0) {
             continue;
         }
+        if (atomic_load(&debug_watchdog_fired)) {
+            /* The exit watchdog: where the teardown is stuck, then out. */
+            debug_state_dump();
+            machine_exit_now("vblk: state dumped; exiting with status 1\n");
+        }
         if (atomic_load(&debug_thread_stop)) {
             return NULL;
         }
@@ -631,16 +638,32 @@ static void machine_debug_start(void)
     atomic_store(&debug_thread_stop, false);
     debug_state_register(machine_debug_state_fn, NULL);
     debug_thread_started = pthread_create(&debug_thread, NULL, machine_debug_thread, NULL) == 0;
+    atomic_store(&debug_thread_running, debug_thread_started);
     if (!debug_thread_started) {
         debug_state_unregister(machine_debug_state_fn, NULL);
     }
 }
 
-static void machine_debug_stop(void)
+/*
+ * Context: the SIGALRM handler (async-signal-safe: atomics and pthread_kill).
+ * Asks the debug thread to dump the state and exit; false if there is none.
+ */
+bool machine_debug_watchdog_fire(void)
+{
+    if (!atomic_load(&debug_thread_running)) {
+        return false;
+    }
+    atomic_store(&debug_watchdog_fired, true);
+    return pthread_kill(debug_thread, MACHINE_DEBUG_SIGNAL) == 0;
+}
+
+/* Context: main thread, once the teardown is over (the thread runs through it). */
+void machine_debug_stop(void)
 {
     if (!debug_thread_started) {
         return;
     }
+    atomic_store(&debug_thread_running, false);
     atomic_store(&debug_thread_stop, true);
     pthread_kill(debug_thread, MACHINE_DEBUG_SIGNAL);
     pthread_join(debug_thread, NULL);
@@ -679,7 +702,7 @@ int machine_main_loop(Machine *m, bool started_paused, bool have_qmp)
     g_main_loop_run(loop);
     machine_exit_watchdog_arm();
     vm_unlock(vm);
-    machine_debug_stop();
+    /* The debug thread runs on through the teardown (machine_run stops it). */
     g_main_context_set_poll_func(NULL, bql_orig_poll);
     status = vm_exit_status(vm_exit_reason(vm));
     if (have_qmp) {

@@ -410,11 +410,30 @@ static char *machine_signal_itoa(long v, char *buf)
     return buf;
 }
 
+void machine_exit_now(const char *msg)
+{
+    machine_signal_write(msg);
+    _exit(1);
+}
+
+/*
+ * The exit watchdog fired. The first time, the debug thread (if any) dumps
+ * where every thread is and exits; if it has not within 5 s, the second
+ * alarm exits here.
+ */
 static void machine_on_alarm(int sig)
 {
+    static volatile sig_atomic_t fired;
+
     (void)sig;
-    machine_signal_write("vblk: exit did not finish within 15 s; exiting\n");
-    _exit(1);
+    if (fired++ == 0) {
+        machine_signal_write("vblk: exit did not finish within 15 s; dumping the state\n");
+        if (machine_debug_watchdog_fire()) {
+            alarm(5);
+            return;
+        }
+    }
+    machine_exit_now("vblk: exit did not finish within 15 s; exiting\n");
 }
 
 static void machine_on_signal(int sig, siginfo_t *si, void *uc)
@@ -509,5 +528,6 @@ int machine_run(const VmmOptions *opts)
     }
     machine_signal_vm = NULL;
     machine_teardown(&m);
+    machine_debug_stop();
     return status;
 }
