@@ -323,6 +323,15 @@ static bool machine_build(Machine *m, GError **errp)
 
 static void machine_teardown(Machine *m)
 {
+    /*
+     * Test hook (system test 17): a teardown that takes this many seconds,
+     * to show that the exit watchdog dumps the state and ends vblk.
+     */
+    const char *stall = g_getenv("VBLK_TEST_TEARDOWN_STALL_S");
+
+    if (stall && m->vm) {
+        g_usleep((gulong)g_ascii_strtoull(stall, NULL, 10) * G_USEC_PER_SEC);
+    }
     if (m->vm) {
         vm_pause(m->vm); /* no vCPU is inside a device from here on */
     }

@@ -645,11 +645,39 @@ else
 fi
 }
 
+# 17. A teardown that does not finish (a test hook stalls it) is ended by the
+# exit watchdog: after 15 s vblk dumps the state of its threads (the machine's
+# run state, vCPUs, iothreads) and exits 1 instead of hanging.
+s17() {
+truncate -s 64M "$dir/wd.img"
+VBLK_TEST_TEARDOWN_STALL_S=60 "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic \
+    -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+    -append "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=32M" \
+    -drive "$(drive drive0 "$dir/wd.img" aio=native)" \
+    -device virtio-blk-pci,drive=drive0,x-data-plane=on >"$dir/wd.log" 2>&1 &
+vpid=$!
+wait_log "$dir/wd.log" VBLK-FIO-JOB 120
+kill -TERM "$vpid"
+t0=$(date +%s)
+i=0; while kill -0 "$vpid" 2>/dev/null && [ $i -lt 50 ]; do sleep 1; i=$((i + 1)); done
+kill -9 "$vpid" 2>/dev/null
+wait "$vpid"; rc=$?
+took=$(($(date +%s) - t0))
+echo "# stalled teardown: vblk exited $rc after $took s"
+if [ $rc -eq 1 ] && [ $took -ge 14 ] && [ $took -le 25 ] &&
+    grep -q "exit did not finish within 15 s; dumping the state" "$dir/wd.log" &&
+    grep -q "run state" "$dir/wd.log" && grep -q "state dumped; exiting with status 1" "$dir/wd.log"; then
+    ok "stalled teardown: the exit watchdog dumps the state and exits 1 after 15 s"
+else
+    nok "stalled teardown (rc=$rc after $took s)" "$dir/wd.log"
+fi
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=16
+nsections=17
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
