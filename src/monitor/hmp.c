@@ -1706,6 +1706,178 @@ static void session_csi(HmpSession *s, uint8_t ch)
     }
 }
 
+/* ---- tab completion ----------------------------------------------------------- */
+
+/* Inserts @text at the cursor and shows it, as if typed. */
+static void line_insert(HmpSession *s, const char *text, size_t len)
+{
+    len = MIN(len, HMP_LINE_MAX - MIN(s->line->len, HMP_LINE_MAX));
+    if (!len) {
+        return;
+    }
+    g_string_insert_len(s->line, s->cur, text, len);
+    qmp_client_write(s->client, text, len);
+    s->cur += len;
+    if (s->cur < s->line->len) {
+        line_redraw_tail(s, false);
+    }
+}
+
+static void add_candidate(GPtrArray *out, const char *name, const char *prefix)
+{
+    if (g_str_has_prefix(name, prefix)) {
+        for (guint i = 0; i < out->len; i++) {
+            if (!strcmp(out->pdata[i], name)) {
+                return;
+            }
+        }
+        g_ptr_array_add(out, g_strdup(name));
+    }
+}
+
+/* Every name and alias of @table that starts with @prefix. */
+static void complete_cmd_names(const HmpCmd *table, const char *prefix, GPtrArray *out)
+{
+    for (const HmpCmd *c = table; c->name; c++) {
+        g_auto(GStrv) names = g_strsplit(c->name, "|", -1);
+
+        for (char **n = names; *n; n++) {
+            add_candidate(out, *n, prefix);
+        }
+    }
+}
+
+/* The block devices, by the name the commands take (device, or node-name for -blockdev). */
+static void complete_block_devices(HmpSession *s, const char *prefix, GPtrArray *out)
+{
+    HmpRun r = {.client = s->client};
+    JsonNode *res = hmp_qmp(&r, "query-block", NULL, NULL);
+    JsonArray *arr = as_array(res);
+
+    for (guint i = 0; arr && i < json_array_get_length(arr); i++) {
+        JsonObject *b = array_obj(arr, i);
+        const char *dev = str_member(b, "device", "");
+
+        add_candidate(out, *dev ? dev : str_member(obj_member(b, "inserted"), "node-name", ""),
+                      prefix);
+    }
+    if (res) {
+        json_node_unref(res);
+    }
+}
+
+/*
+ * The candidates for the word before the cursor: command names, info
+ * subcommands, and block device names where a command takes one.
+ * *word_start is where that word begins in the line.
+ */
+static GPtrArray *complete_candidates(HmpSession *s, size_t *word_start)
+{
+    g_autofree char *head = g_strndup(s->line->str, s->cur);
+    g_auto(GStrv) words = NULL;
+    GPtrArray *out = g_ptr_array_new_with_free_func(g_free);
+    g_autofree char *word = NULL;
+    guint n;
+    size_t start = s->cur;
+
+    while (start && head[start - 1] != ' ' && head[start - 1] != '\t') {
+        start--;
+    }
+    *word_start = start;
+    word = g_strdup(head + start);
+    head[start] = '\0';
+    words = g_strsplit_set(head, " \t", -1);
+    /* the complete words before the current one */
+    n = 0;
+    for (char **w = words; *w; w++) {
+        if (**w) {
+            words[n++] = *w;
+        } else {
+            g_free(*w);
+        }
+    }
+    words[n] = NULL;
+    if (n == 0) {
+        complete_cmd_names(hmp_cmds, word, out);
+    } else if (n == 1 && (!strcmp(words[0], "info") || !strcmp(words[0], "help") ||
+                          !strcmp(words[0], "?"))) {
+        if (!strcmp(words[0], "info")) {
+            complete_cmd_names(hmp_info_cmds, word, out);
+        } else {
+            complete_cmd_names(hmp_cmds, word, out);
+        }
+    } else if ((n == 1 && (!strcmp(words[0], "block_resize") ||
+                           !strcmp(words[0], "block_set_io_throttle"))) ||
+               (n >= 2 && !strcmp(words[0], "info") && !strcmp(words[1], "block") &&
+                word[0] != '-')) {
+        complete_block_devices(s, word, out);
+    }
+    return out;
+}
+
+static int cmp_str(gconstpointer a, gconstpointer b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Tab: one candidate completes the word and adds a space; several complete
+ * their common prefix and are listed in columns under the line, which is
+ * then shown again with the prompt, as QEMU's readline does.
+ */
+static void session_complete(HmpSession *s)
+{
+    size_t start, typed, common, width = 0;
+    GPtrArray *c = complete_candidates(s, &start);
+
+    typed = s->cur - start;
+    if (c->len == 1) {
+        const char *w = c->pdata[0];
+
+        line_insert(s, w + typed, strlen(w) - typed);
+        line_insert(s, " ", 1);
+    } else if (c->len > 1) {
+        g_ptr_array_sort(c, cmp_str);
+        common = strlen(c->pdata[0]);
+        for (guint i = 1; i < c->len; i++) {
+            const char *a = c->pdata[0], *b = c->pdata[i];
+            size_t k = 0;
+
+            while (k < common && a[k] == b[k]) {
+                k++;
+            }
+            common = k;
+        }
+        if (common > typed) {
+            line_insert(s, (char *)c->pdata[0] + typed, common - typed);
+        }
+        for (guint i = 0; i < c->len; i++) {
+            width = MAX(width, strlen(c->pdata[i]));
+        }
+        width = CLAMP(width + 2, 10, 80);
+        GString *list = g_string_new("\r\n");
+        size_t cols = 80 / width, col = 0;
+
+        for (guint i = 0; i < c->len; i++) {
+            g_string_append_printf(list, "%-*s", (int)width, (char *)c->pdata[i]);
+            if (++col == cols || i + 1 == c->len) {
+                g_string_append(list, "\r\n");
+                col = 0;
+            }
+        }
+        g_string_append(list, HMP_PROMPT);
+        g_string_append_len(list, s->line->str, s->line->len);
+        qmp_client_write(s->client, list->str, list->len);
+        g_string_free(list, TRUE);
+        if (s->cur < s->line->len) {
+            g_autofree char *back = g_strdup_printf("\033[%zuD", s->line->len - s->cur);
+
+            out_str(s, back);
+        }
+    }
+    g_ptr_array_free(c, TRUE);
+}
+
 /* One byte typed (telnet and mux framing already removed). */
 static void session_key(HmpSession *s, uint8_t ch)
 {
@@ -1745,6 +1917,9 @@ static void session_key(HmpSession *s, uint8_t ch)
         if (s->cur) {
             line_delete_at(s, s->cur - 1);
         }
+        return;
+    case '\t':
+        session_complete(s);
         return;
     case 0x05: /* Ctrl-E: end of line */
         cursor_move(s, s->line->len);
