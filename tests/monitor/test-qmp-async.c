@@ -251,6 +251,63 @@ static void test_hmp_deferred(void)
     test_teardown(mon, path);
 }
 
+/*
+ * Tab completion on an HMP connection: a unique command or info subcommand
+ * is completed with a space; several candidates complete their common
+ * prefix and are listed in columns (at least 10 characters wide) before the
+ * prompt and the line are shown again, as QEMU's readline does.
+ */
+static void test_hmp_complete(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    g_autofree char *dir = g_path_get_dirname(path);
+    g_autofree char *hpath = g_build_filename(dir, "hmp.sock", NULL);
+    g_autofree char *harg = g_strdup_printf("unix:%s,server=on,wait=off", hpath);
+    GError *err = NULL;
+    TClient *h;
+
+    g_assert_nonnull(qmp_monitor_add_hmp(harg, &err));
+    g_assert_no_error(err);
+    h = tc_connect(hpath);
+    tc_expect(h, "QEMU 7.2.0 monitor - type 'help' for more information");
+    /* unique: the word and a space */
+    tc_send(h, "info stat\t\n");
+    tc_expect(h, "(qemu) info status ");
+    tc_expect(h, "VM status: running");
+    /* several: their common prefix, the list, then the prompt and the line again */
+    tc_send(h, "sys\t");
+    tc_expect(h, "(qemu) system_");
+    tc_expect(h, "system_powerdown  system_reset      ");
+    tc_send(h, "\x15info status\n"); /* Ctrl-U redraws the prompt on the same line */
+    tc_expect(h, "(qemu) system_\r(qemu) \033[Kinfo status");
+    tc_expect(h, "VM status: running");
+    tc_send(h, "info blo\t");
+    tc_expect(h, "(qemu) info block");
+    tc_expect(h, "block       blockstats  ");
+    tc_send(h, "\x15" "q\t");
+    tc_expect(h, "(qemu) info block\r(qemu) \033[Kq");
+    tc_expect(h, "q         qom-get   qom-list  qom-set   quit      ");
+    tc_send(h, "\x15help in\t\n");
+    tc_expect(h, "(qemu) q\r(qemu) \033[Khelp info ");
+    tc_expect(h, "info block [-n] [-v] [device] -- show the drives");
+    /* nothing to complete: nothing happens */
+    tc_send(h, "\x15" "foo\t\n");
+    for (;;) {
+        g_autofree char *l = tc_recv(h); /* the rest of help info, up to the echo */
+
+        g_assert_nonnull(l);
+        if (strstr(l, "foo")) {
+            break;
+        }
+    }
+    tc_expect(h, "unknown command: 'foo'");
+    tc_close(h);
+    test_pump(20);
+    unlink(hpath);
+    test_teardown(mon, path);
+}
+
 /* ---- run state and machine hooks ------------------------------------- */
 
 static int hook_calls[5];
@@ -392,6 +449,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/qom", test_qom);
     g_test_add_func("/qmp/hmp-deferred", test_hmp_deferred);
+    g_test_add_func("/qmp/hmp-complete", test_hmp_complete);
     g_test_add_func("/qmp/machine", test_machine);
     g_test_add_func("/qmp/disconnect", test_disconnect);
     return g_test_run();
