@@ -568,36 +568,34 @@ static bool info_block(HmpRun *r, HmpArgs *a)
  * those of the virtio-blk-device behind it.  The values are the device's,
  * read with qom-get: the proxy carries the backend's properties as aliases.
  */
-static const char *const qtree_pci_common[] = {
-    "addr", "romfile", "romsize", "rombar", "multifunction", "x-pcie-lnksta-dllla",
-    "x-pcie-extcap-init", "failover_pair_id", "acpi-index", NULL,
-};
+static const char qtree_pci_common[] = "addr romfile romsize rombar multifunction "
+                                       "x-pcie-lnksta-dllla x-pcie-extcap-init "
+                                       "failover_pair_id acpi-index";
 
-static const char *const qtree_virtio_pci[] = {
-    "disable-legacy", "disable-modern", "class", "ioeventfd", "vectors",
-    "virtio-pci-bus-master-bug-migration", "migrate-extra", "modern-pio-notify",
-    "x-disable-pcie", "page-per-vq", "x-ignore-backend-features", "ats", "x-ats-page-aligned",
-    "x-pcie-deverr-init", "x-pcie-lnkctl-init", "x-pcie-pm-init", "x-pcie-flr-init", "aer",
-    NULL,
-};
+static const char qtree_virtio_pci[] =
+    "disable-legacy disable-modern class ioeventfd vectors virtio-pci-bus-master-bug-migration "
+    "migrate-extra modern-pio-notify x-disable-pcie page-per-vq x-ignore-backend-features ats "
+    "x-ats-page-aligned x-pcie-deverr-init x-pcie-lnkctl-init x-pcie-pm-init x-pcie-flr-init aer";
 
-static const char *const qtree_virtio_blk[] = {
-    "drive", "backend_defaults", "logical_block_size", "physical_block_size", "min_io_size",
-    "opt_io_size", "discard_granularity", "write-cache", "share-rw", "account-invalid",
-    "account-failed", "rerror", "werror", "cyls", "heads", "secs", "lcyls", "lheads", "lsecs",
-    "serial", "config-wce", "scsi", "request-merging", "num-queues", "queue-size",
-    "seg-max-adjust", "discard", "report-discard-granularity", "write-zeroes",
-    "max-discard-sectors", "max-write-zeroes-sectors", "x-enable-wce-if-config-wce",
-    "indirect_desc", "event_idx", "notify_on_empty", "any_layout", "iommu_platform", "packed",
-    "queue_reset", "use-started", "use-disabled-flag", "x-disable-legacy-check", NULL,
-};
+static const char qtree_virtio_blk[] =
+    "drive backend_defaults logical_block_size physical_block_size min_io_size opt_io_size "
+    "discard_granularity write-cache share-rw account-invalid account-failed rerror werror cyls "
+    "heads secs lcyls lheads lsecs serial config-wce scsi request-merging num-queues queue-size "
+    "seg-max-adjust discard report-discard-granularity write-zeroes max-discard-sectors "
+    "max-write-zeroes-sectors x-enable-wce-if-config-wce indirect_desc event_idx notify_on_empty "
+    "any_layout iommu_platform packed queue_reset use-started use-disabled-flag "
+    "x-disable-legacy-check";
 
 /* The values QEMU 7.2 shows for a PCI function that has no QOM object in vblk. */
 static const char *const qtree_pci_defaults[][2] = {
-    {"romfile", "\"\""},       {"romsize", "4294967295 (0xffffffff)"},
-    {"rombar", "1 (0x1)"},     {"multifunction", "false"},
-    {"x-pcie-lnksta-dllla", "true"}, {"x-pcie-extcap-init", "true"},
-    {"failover_pair_id", "\"\""}, {"acpi-index", "0 (0x0)"},
+    {"romfile", "\"\""},
+    {"romsize", "4294967295 (0xffffffff)"},
+    {"rombar", "1 (0x1)"},
+    {"multifunction", "false"},
+    {"x-pcie-lnksta-dllla", "true"},
+    {"x-pcie-extcap-init", "true"},
+    {"failover_pair_id", "\"\""},
+    {"acpi-index", "0 (0x0)"},
 };
 
 /* One property line, the value formatted by its QOM type as QEMU's qdev printer does. */
@@ -660,10 +658,13 @@ static GHashTable *qtree_prop_types(HmpRun *r, const char *path)
     return t;
 }
 
+/* @list: the property names, separated by spaces. */
 static void qtree_props(HmpRun *r, int indent, const char *path, GHashTable *types,
-                        const char *const *names)
+                        const char *list)
 {
-    for (; *names; names++) {
+    g_auto(GStrv) all = g_strsplit(list, " ", -1);
+
+    for (char **names = all; *names; names++) {
         const char *type = g_hash_table_lookup(types, *names);
         JsonObject *args;
         JsonNode *v;
@@ -742,7 +743,7 @@ static void qtree_blk_pci(HmpRun *r, int indent, const char *id, JsonObject *pci
 static void qtree_plain_pci(HmpRun *r, int indent, JsonObject *d)
 {
     JsonObject *ci = obj_member(d, "class_info"), *id = obj_member(d, "id");
-    const char *type = int_member(ci, "class") == 0x0600 ? "i440FX"
+    const char *type = int_member(ci, "class") == 0x0600    ? "i440FX"
                        : int_member(id, "vendor") == 0x1af4 ? "vhost-user-blk-pci"
                                                             : "pci-device";
 
@@ -1799,8 +1800,8 @@ static GPtrArray *complete_candidates(HmpSession *s, size_t *word_start)
     words[n] = NULL;
     if (n == 0) {
         complete_cmd_names(hmp_cmds, word, out);
-    } else if (n == 1 && (!strcmp(words[0], "info") || !strcmp(words[0], "help") ||
-                          !strcmp(words[0], "?"))) {
+    } else if (n == 1 &&
+               (!strcmp(words[0], "info") || !strcmp(words[0], "help") || !strcmp(words[0], "?"))) {
         if (!strcmp(words[0], "info")) {
             complete_cmd_names(hmp_info_cmds, word, out);
         } else {
@@ -1827,8 +1828,9 @@ static int cmp_str(gconstpointer a, gconstpointer b)
  */
 static void session_complete(HmpSession *s)
 {
-    size_t start, typed, common, width = 0;
+    size_t start, typed, common, width = 0, cols, col = 0;
     GPtrArray *c = complete_candidates(s, &start);
+    GString *list;
 
     typed = s->cur - start;
     if (c->len == 1) {
@@ -1855,8 +1857,8 @@ static void session_complete(HmpSession *s)
             width = MAX(width, strlen(c->pdata[i]));
         }
         width = CLAMP(width + 2, 10, 80);
-        GString *list = g_string_new("\r\n");
-        size_t cols = 80 / width, col = 0;
+        cols = 80 / width;
+        list = g_string_new("\r\n");
 
         for (guint i = 0; i < c->len; i++) {
             g_string_append_printf(list, "%-*s", (int)width, (char *)c->pdata[i]);

@@ -285,14 +285,16 @@ static void test_hmp_complete(void)
     tc_send(h, "info blo\t");
     tc_expect(h, "(qemu) info block");
     tc_expect(h, "block       blockstats  ");
-    tc_send(h, "\x15" "q\t");
+    tc_send(h, "\x15"
+               "q\t");
     tc_expect(h, "(qemu) info block\r(qemu) \033[Kq");
     tc_expect(h, "q         qom-get   qom-list  qom-set   quit      ");
     tc_send(h, "\x15help in\t\n");
     tc_expect(h, "(qemu) q\r(qemu) \033[Khelp info ");
     tc_expect(h, "info block [-n] [-v] [device] -- show the drives");
     /* nothing to complete: nothing happens */
-    tc_send(h, "\x15" "foo\t\n");
+    tc_send(h, "\x15"
+               "foo\t\n");
     for (;;) {
         g_autofree char *l = tc_recv(h); /* the rest of help info, up to the echo */
 
@@ -321,7 +323,8 @@ static JsonNode *cmd_fake_pci(QmpRequest *req, JsonObject *args, GError **errp)
         "{\"bus\": 0, \"slot\": 0, \"function\": 0, \"class_info\": {\"desc\": \"Host bridge\", "
         "\"class\": 1536}, \"id\": {\"vendor\": 32902, \"device\": 4663, \"subsystem-vendor\": 0, "
         "\"subsystem\": 0}, \"irq_pin\": 0, \"qdev_id\": \"\", \"regions\": []},"
-        "{\"bus\": 0, \"slot\": 2, \"function\": 0, \"class_info\": {\"desc\": \"SCSI controller\", "
+        "{\"bus\": 0, \"slot\": 2, \"function\": 0, \"class_info\": {\"desc\": \"SCSI "
+        "controller\", "
         "\"class\": 256}, \"id\": {\"vendor\": 6900, \"device\": 4162, \"subsystem-vendor\": 6900, "
         "\"subsystem\": 2}, \"irq_pin\": 1, \"irq\": 11, \"qdev_id\": \"vd0\", \"regions\": ["
         "{\"bar\": 1, \"type\": \"memory\", \"prefetch\": false, \"mem_type_64\": false, "
@@ -340,11 +343,16 @@ static JsonNode *get_fixed(const char *path, const char *name, void *opaque, GEr
 static void test_hmp_qtree(void)
 {
     static const char *const props[][3] = {
-        {"disable-legacy", "OnOffAuto", "\"off\""}, {"vectors", "uint32", "2"},
-        {"addr", "int32", "16"},                    {"romsize", "uint32", "4294967295"},
-        {"drive", "str", "\"drive0\""},             {"logical_block_size", "size", "512"},
-        {"discard_granularity", "size", "4294967295"}, {"config-wce", "bool", "true"},
-        {"queue-size", "uint16", "256"},            {"iothread", "link<iothread>", "\"\""},
+        {"disable-legacy", "OnOffAuto", "\"off\""},
+        {"vectors", "uint32", "2"},
+        {"addr", "int32", "16"},
+        {"romsize", "uint32", "4294967295"},
+        {"drive", "str", "\"drive0\""},
+        {"logical_block_size", "size", "512"},
+        {"discard_granularity", "size", "4294967295"},
+        {"config-wce", "bool", "true"},
+        {"queue-size", "uint16", "256"},
+        {"iothread", "link<iothread>", "\"\""},
         {"x-data-plane", "bool", "false"},
     };
     char *path;
