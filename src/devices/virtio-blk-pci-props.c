@@ -209,6 +209,15 @@ static JsonNode *real_value(VirtIOBlkPCI *s, const char *name)
         return str_node(a);
     } else if (!strcmp(name, "bootindex")) {
         return int_node(s->bootindex);
+    } else if (!strcmp(name, "cyls") && s->backend) {
+        /*
+         * QEMU's guess for a disk without a partition table: 16 heads, 63
+         * sectors, the cylinders the size holds (2..16383).  vblk reads no
+         * MBR, and follows a block_resize (QEMU keeps the value it realized with).
+         */
+        int64_t len = blk_getlength(s->backend);
+
+        return int_node(len < 0 ? 130 : CLAMP(len / 512 / (16 * 63), 2, 16383));
     } else if (!strcmp(name, "iothread")) {
         g_autofree char *path =
             s->iothread_id ? g_strdup_printf("/objects/%s", s->iothread_id) : g_strdup("");

@@ -39,6 +39,7 @@ struct HmpRun {
 typedef struct HmpArgs {
     GPtrArray *v;   /* char*, NULL for an absent optional argument */
     bool flag_j;    /* qom-set -j */
+    bool flag_v;    /* info block -v */
     int64_t num[8]; /* integer arguments, by position */
 } HmpArgs;
 
@@ -304,7 +305,54 @@ static const char *const throttle_keys[] = {
     "iops", "iops_rd", "iops_wr", "iops_max", "iops_rd_max", "iops_wr_max",
 };
 
-static void fmt_block_one(HmpRun *r, JsonObject *b)
+/*
+ * A size as QEMU prints it for people: at most three significant digits and
+ * a binary unit, moving to the next unit once the number would reach 1000.
+ */
+static char *human_size(guint64 v)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double scaled = (double)v;
+    size_t i = 0;
+
+    while (i + 1 < G_N_ELEMENTS(unit) && scaled >= 1000.0) {
+        scaled /= 1024.0;
+        i++;
+    }
+    return g_strdup_printf("%0.3g %s", scaled, unit[i]);
+}
+
+/* info block -v: the image (and its backing chain, if vblk ever reports one). */
+static void fmt_block_image(HmpRun *r, JsonObject *img)
+{
+    for (; img; img = obj_member(img, "backing-image")) {
+        g_autofree char *vs = human_size((guint64)int_member(img, "virtual-size"));
+        JsonNode *as = json_object_get_member(img, "actual-size");
+
+        hmp_printf(r, "image: %s\n", str_member(img, "filename", ""));
+        hmp_printf(r, "file format: %s\n", str_member(img, "format", ""));
+        hmp_printf(r, "virtual size: %s (%" G_GINT64_FORMAT " bytes)\n", vs,
+                   int_member(img, "virtual-size"));
+        if (as && JSON_NODE_HOLDS_VALUE(as)) {
+            g_autofree char *ds = human_size((guint64)json_node_get_int(as));
+
+            hmp_printf(r, "disk size: %s\n", ds);
+        } else {
+            hmp_printf(r, "disk size: unavailable\n");
+        }
+        if (int_member(img, "cluster-size")) {
+            hmp_printf(r, "cluster_size: %" G_GINT64_FORMAT "\n", int_member(img, "cluster-size"));
+        }
+        if (bool_member(img, "dirty-flag")) {
+            hmp_printf(r, "cleanly shut down: no\n");
+        }
+        if (str_member(img, "backing-filename", NULL)) {
+            hmp_printf(r, "backing file: %s\n", str_member(img, "backing-filename", ""));
+        }
+    }
+}
+
+static void fmt_block_one(HmpRun *r, JsonObject *b, bool verbose)
 {
     JsonObject *ins = obj_member(b, "inserted");
     JsonObject *cache = obj_member(ins, "cache");
@@ -348,6 +396,10 @@ static void fmt_block_one(HmpRun *r, JsonObject *b)
         }
         hmp_printf(r, " iops_size=%" G_GINT64_FORMAT " group=%s\n", int_member(ins, "iops_size"),
                    str_member(ins, "group", ""));
+    }
+    if (verbose && obj_member(ins, "image")) {
+        hmp_printf(r, "\nImages:\n");
+        fmt_block_image(r, obj_member(ins, "image"));
     }
 }
 
@@ -502,9 +554,282 @@ static bool info_block(HmpRun *r, HmpArgs *a)
             strcmp(want, str_member(obj_member(b, "inserted"), "node-name", ""))) {
             continue;
         }
-        fmt_block_one(r, b);
+        fmt_block_one(r, b, a->flag_v);
     }
     json_node_unref(res);
+    return false;
+}
+
+/* ---- info qtree ------------------------------------------------------------ */
+
+/*
+ * The qdev properties QEMU 7.2's info qtree prints, in its order: those of
+ * the virtio-blk-pci proxy (its own, virtio-pci's, then PCIDevice's), and
+ * those of the virtio-blk-device behind it.  The values are the device's,
+ * read with qom-get: the proxy carries the backend's properties as aliases.
+ */
+static const char qtree_pci_common[] = "addr romfile romsize rombar multifunction "
+                                       "x-pcie-lnksta-dllla x-pcie-extcap-init "
+                                       "failover_pair_id acpi-index";
+
+static const char qtree_virtio_pci[] =
+    "disable-legacy disable-modern class ioeventfd vectors virtio-pci-bus-master-bug-migration "
+    "migrate-extra modern-pio-notify x-disable-pcie page-per-vq x-ignore-backend-features ats "
+    "x-ats-page-aligned x-pcie-deverr-init x-pcie-lnkctl-init x-pcie-pm-init x-pcie-flr-init aer";
+
+static const char qtree_virtio_blk[] =
+    "drive backend_defaults logical_block_size physical_block_size min_io_size opt_io_size "
+    "discard_granularity write-cache share-rw account-invalid account-failed rerror werror cyls "
+    "heads secs lcyls lheads lsecs serial config-wce scsi request-merging num-queues queue-size "
+    "seg-max-adjust discard report-discard-granularity write-zeroes max-discard-sectors "
+    "max-write-zeroes-sectors x-enable-wce-if-config-wce indirect_desc event_idx notify_on_empty "
+    "any_layout iommu_platform packed queue_reset use-started use-disabled-flag "
+    "x-disable-legacy-check";
+
+/* The values QEMU 7.2 shows for a PCI function that has no QOM object in vblk. */
+static const char *const qtree_pci_defaults[][2] = {
+    {"romfile", "\"\""},
+    {"romsize", "4294967295 (0xffffffff)"},
+    {"rombar", "1 (0x1)"},
+    {"multifunction", "false"},
+    {"x-pcie-lnksta-dllla", "true"},
+    {"x-pcie-extcap-init", "true"},
+    {"failover_pair_id", "\"\""},
+    {"acpi-index", "0 (0x0)"},
+};
+
+/* One property line, the value formatted by its QOM type as QEMU's qdev printer does. */
+static void qtree_value(HmpRun *r, int indent, const char *name, const char *type, JsonNode *v)
+{
+    GType vt = JSON_NODE_HOLDS_VALUE(v) ? json_node_get_value_type(v) : G_TYPE_INVALID;
+
+    hmp_printf(r, "%*s%s = ", indent, "", name);
+    if (vt == G_TYPE_BOOLEAN) {
+        hmp_printf(r, "%s\n", json_node_get_boolean(v) ? "true" : "false");
+    } else if (vt == G_TYPE_STRING) {
+        hmp_printf(r, "\"%s\"\n", json_node_get_string(v));
+    } else if (vt == G_TYPE_INT64 && !strcmp(name, "addr") && !strcmp(type, "int32")) {
+        gint64 devfn = json_node_get_int(v);
+
+        if (devfn < 0) {
+            hmp_printf(r, "<unset>\n");
+        } else {
+            hmp_printf(r, "%02x.%x\n", (unsigned)(devfn >> 3), (unsigned)(devfn & 7));
+        }
+    } else if (vt == G_TYPE_INT64 && !strcmp(type, "size")) {
+        g_autofree char *h = human_size((guint64)json_node_get_int(v));
+
+        hmp_printf(r, "%" G_GUINT64_FORMAT " (%s)\n", (guint64)json_node_get_int(v), h);
+    } else if (vt == G_TYPE_INT64) {
+        gint64 n = json_node_get_int(v);
+
+        hmp_printf(r, "%" G_GINT64_FORMAT " (0x%" G_GINT64_MODIFIER "x)\n", n, (guint64)n);
+    } else {
+        g_autofree char *j = qmp_json_to_string(v);
+
+        hmp_printf(r, "%s\n", j);
+    }
+}
+
+/* name -> type of the properties qom-list lists at @path; NULL if there is no such object. */
+static GHashTable *qtree_prop_types(HmpRun *r, const char *path)
+{
+    JsonObject *args = args_new();
+    JsonNode *res;
+    JsonArray *arr;
+    GHashTable *t = NULL;
+
+    json_object_set_string_member(args, "path", path);
+    res = hmp_qmp(r, "qom-list", args, NULL);
+    json_object_unref(args);
+    arr = as_array(res);
+    if (arr) {
+        t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        for (guint i = 0; i < json_array_get_length(arr); i++) {
+            JsonObject *p = array_obj(arr, i);
+
+            g_hash_table_insert(t, g_strdup(str_member(p, "name", "")),
+                                g_strdup(str_member(p, "type", "")));
+        }
+    }
+    if (res) {
+        json_node_unref(res);
+    }
+    return t;
+}
+
+/* @list: the property names, separated by spaces. */
+static void qtree_props(HmpRun *r, int indent, const char *path, GHashTable *types,
+                        const char *list)
+{
+    g_auto(GStrv) all = g_strsplit(list, " ", -1);
+
+    for (char **names = all; *names; names++) {
+        const char *type = g_hash_table_lookup(types, *names);
+        JsonObject *args;
+        JsonNode *v;
+
+        if (!type) {
+            continue; /* a property this device does not have */
+        }
+        args = args_new();
+        json_object_set_string_member(args, "path", path);
+        json_object_set_string_member(args, "property", *names);
+        v = hmp_qmp(r, "qom-get", args, NULL);
+        json_object_unref(args);
+        if (v) {
+            qtree_value(r, indent, *names, type, v);
+            json_node_unref(v);
+        }
+    }
+}
+
+/* The lines info qtree prints for a PCI function after its properties. */
+static void qtree_pci_info(HmpRun *r, int indent, JsonObject *d)
+{
+    JsonObject *ci = obj_member(d, "class_info"), *id = obj_member(d, "id");
+    JsonArray *regs = as_array(d ? json_object_get_member(d, "regions") : NULL);
+
+    if (!d) {
+        return;
+    }
+    if (str_member(ci, "desc", NULL)) {
+        hmp_printf(r, "%*sclass %s", indent, "", str_member(ci, "desc", ""));
+    } else {
+        hmp_printf(r, "%*sclass Class %04" G_GINT64_MODIFIER "x", indent, "",
+                   int_member(ci, "class"));
+    }
+    hmp_printf(r,
+               ", addr %02" G_GINT64_MODIFIER "x:%02" G_GINT64_MODIFIER "x.%" G_GINT64_MODIFIER
+               "x, pci id %04" G_GINT64_MODIFIER "x:%04" G_GINT64_MODIFIER
+               "x (sub %04" G_GINT64_MODIFIER "x:%04" G_GINT64_MODIFIER "x)\n",
+               int_member(d, "bus"), int_member(d, "slot"), int_member(d, "function"),
+               int_member(id, "vendor"), int_member(id, "device"),
+               int_member(id, "subsystem-vendor"), int_member(id, "subsystem"));
+    for (guint k = 0; regs && k < json_array_get_length(regs); k++) {
+        JsonObject *reg = array_obj(regs, k);
+        guint64 addr = (guint64)int_member(reg, "address");
+
+        hmp_printf(r,
+                   "%*sbar %" G_GINT64_FORMAT ": %s at 0x%" G_GINT64_MODIFIER
+                   "x [0x%" G_GINT64_MODIFIER "x]\n",
+                   indent, "", int_member(reg, "bar"),
+                   strcmp(str_member(reg, "type", ""), "io") ? "mem" : "i/o", addr,
+                   addr + (guint64)int_member(reg, "size") - 1);
+    }
+}
+
+/* A virtio-blk-pci device (its QOM object at /machine/peripheral/<id>) and its backend. */
+static void qtree_blk_pci(HmpRun *r, int indent, const char *id, JsonObject *pci)
+{
+    g_autofree char *path = g_strdup_printf("/machine/peripheral/%s", id);
+    GHashTable *types = qtree_prop_types(r, path);
+
+    hmp_printf(r, "%*sdev: virtio-blk-pci, id \"%s\"\n", indent, "", id);
+    if (!types) {
+        return;
+    }
+    qtree_props(r, indent + 2, path, types, qtree_virtio_pci);
+    qtree_props(r, indent + 2, path, types, qtree_pci_common);
+    qtree_pci_info(r, indent + 2, pci);
+    hmp_printf(r, "%*sbus: virtio-bus\n", indent + 2, "");
+    hmp_printf(r, "%*stype virtio-pci-bus\n", indent + 4, "");
+    hmp_printf(r, "%*sdev: virtio-blk-device, id \"\"\n", indent + 4, "");
+    qtree_props(r, indent + 6, path, types, qtree_virtio_blk);
+    g_hash_table_destroy(types);
+}
+
+/* A PCI function vblk has no QOM object for (the host bridge, vhost-user-blk-pci). */
+static void qtree_plain_pci(HmpRun *r, int indent, JsonObject *d)
+{
+    JsonObject *ci = obj_member(d, "class_info"), *id = obj_member(d, "id");
+    const char *type = int_member(ci, "class") == 0x0600    ? "i440FX"
+                       : int_member(id, "vendor") == 0x1af4 ? "vhost-user-blk-pci"
+                                                            : "pci-device";
+
+    hmp_printf(r, "%*sdev: %s, id \"%s\"\n", indent, "", type, str_member(d, "qdev_id", ""));
+    hmp_printf(r, "%*saddr = %02" G_GINT64_MODIFIER "x.%" G_GINT64_MODIFIER "x\n", indent + 2, "",
+               int_member(d, "slot"), int_member(d, "function"));
+    for (size_t i = 0; i < G_N_ELEMENTS(qtree_pci_defaults); i++) {
+        hmp_printf(r, "%*s%s = %s\n", indent + 2, "", qtree_pci_defaults[i][0],
+                   qtree_pci_defaults[i][1]);
+    }
+    qtree_pci_info(r, indent + 2, d);
+}
+
+static bool qtree_is_blk_pci(HmpRun *r, const char *id)
+{
+    g_autofree char *path = g_strdup_printf("/machine/peripheral/%s", id);
+    JsonObject *args = args_new();
+    JsonNode *v;
+    bool yes;
+
+    json_object_set_string_member(args, "path", path);
+    json_object_set_string_member(args, "property", "type");
+    v = hmp_qmp(r, "qom-get", args, NULL);
+    json_object_unref(args);
+    yes = v && JSON_NODE_HOLDS_VALUE(v) && json_node_get_value_type(v) == G_TYPE_STRING &&
+          !strcmp(json_node_get_string(v), "virtio-blk-pci");
+    if (v) {
+        json_node_unref(v);
+    }
+    return yes;
+}
+
+/*
+ * info qtree: the PCI host bridge and bus 0 from query-pci, newest device
+ * first as QEMU lists a bus; each virtio-blk-pci function with its
+ * properties from qom-list/qom-get.  Without query-pci (no machine: the
+ * device model alone) the devices come from /machine/peripheral.
+ */
+static bool info_qtree(HmpRun *r, HmpArgs *a)
+{
+    JsonNode *pci = NULL;
+    JsonArray *buses, *devs = NULL;
+
+    if (qmp_command_exists("query-pci")) {
+        pci = hmp_qmp(r, "query-pci", NULL, NULL);
+    }
+    buses = as_array(pci);
+    if (buses && json_array_get_length(buses)) {
+        JsonObject *bus0 = array_obj(buses, 0);
+
+        devs = as_array(bus0 ? json_object_get_member(bus0, "devices") : NULL);
+    }
+    hmp_printf(r, "bus: main-system-bus\n");
+    hmp_printf(r, "  type System\n");
+    hmp_printf(r, "  dev: i440FX-pcihost, id \"\"\n");
+    hmp_printf(r, "    bus: pci.0\n");
+    hmp_printf(r, "      type PCI\n");
+    if (devs) {
+        for (guint i = json_array_get_length(devs); i-- > 0;) {
+            JsonObject *d = array_obj(devs, i);
+            const char *id = str_member(d, "qdev_id", "");
+
+            if (*id && qtree_is_blk_pci(r, id)) {
+                qtree_blk_pci(r, 6, id, d);
+            } else {
+                qtree_plain_pci(r, 6, d);
+            }
+        }
+    } else {
+        GHashTable *ids = qtree_prop_types(r, "/machine/peripheral");
+        GList *keys = ids ? g_hash_table_get_keys(ids) : NULL;
+
+        keys = g_list_sort(keys, (GCompareFunc)strcmp);
+        for (GList *l = keys; l; l = l->next) {
+            if (!strcmp(g_hash_table_lookup(ids, l->data), "child<virtio-blk-pci>")) {
+                qtree_blk_pci(r, 6, l->data, NULL);
+            }
+        }
+        g_list_free(keys);
+        if (ids) {
+            g_hash_table_destroy(ids);
+        }
+    }
+    if (pci) {
+        json_node_unref(pci);
+    }
     return false;
 }
 
@@ -719,6 +1044,7 @@ static const HmpCmd hmp_info_cmds[] = {
     {"cpus", "", "", "show the virtual CPUs", info_cpus},
     {"iothreads", "", "", "show the I/O threads", info_iothreads},
     {"pci", "", "", "show the PCI devices", info_pci},
+    {"qtree", "", "", "show the device tree", info_qtree},
     {"status", "", "", "show the run state", info_status},
     {"version", "", "", "show the version", info_version},
     {"virtio-blk-dataplane", "", "",
@@ -929,6 +1255,7 @@ static bool parse_args(HmpRun *r, const HmpCmd *c, const char *cmdname, const ch
 
             if (q[0] == '-' && q[1] == flag && (!q[2] || q[2] == ' ' || q[2] == '\t')) {
                 a->flag_j |= flag == 'j';
+                a->flag_v |= flag == 'v';
                 p = q + 2;
             }
             continue;
@@ -1380,6 +1707,179 @@ static void session_csi(HmpSession *s, uint8_t ch)
     }
 }
 
+/* ---- tab completion ----------------------------------------------------------- */
+
+/* Inserts @text at the cursor and shows it, as if typed. */
+static void line_insert(HmpSession *s, const char *text, size_t len)
+{
+    len = MIN(len, HMP_LINE_MAX - MIN(s->line->len, HMP_LINE_MAX));
+    if (!len) {
+        return;
+    }
+    g_string_insert_len(s->line, s->cur, text, len);
+    qmp_client_write(s->client, text, len);
+    s->cur += len;
+    if (s->cur < s->line->len) {
+        line_redraw_tail(s, false);
+    }
+}
+
+static void add_candidate(GPtrArray *out, const char *name, const char *prefix)
+{
+    if (g_str_has_prefix(name, prefix)) {
+        for (guint i = 0; i < out->len; i++) {
+            if (!strcmp(out->pdata[i], name)) {
+                return;
+            }
+        }
+        g_ptr_array_add(out, g_strdup(name));
+    }
+}
+
+/* Every name and alias of @table that starts with @prefix. */
+static void complete_cmd_names(const HmpCmd *table, const char *prefix, GPtrArray *out)
+{
+    for (const HmpCmd *c = table; c->name; c++) {
+        g_auto(GStrv) names = g_strsplit(c->name, "|", -1);
+
+        for (char **n = names; *n; n++) {
+            add_candidate(out, *n, prefix);
+        }
+    }
+}
+
+/* The block devices, by the name the commands take (device, or node-name for -blockdev). */
+static void complete_block_devices(HmpSession *s, const char *prefix, GPtrArray *out)
+{
+    HmpRun r = {.client = s->client};
+    JsonNode *res = hmp_qmp(&r, "query-block", NULL, NULL);
+    JsonArray *arr = as_array(res);
+
+    for (guint i = 0; arr && i < json_array_get_length(arr); i++) {
+        JsonObject *b = array_obj(arr, i);
+        const char *dev = str_member(b, "device", "");
+
+        add_candidate(out, *dev ? dev : str_member(obj_member(b, "inserted"), "node-name", ""),
+                      prefix);
+    }
+    if (res) {
+        json_node_unref(res);
+    }
+}
+
+/*
+ * The candidates for the word before the cursor: command names, info
+ * subcommands, and block device names where a command takes one.
+ * *word_start is where that word begins in the line.
+ */
+static GPtrArray *complete_candidates(HmpSession *s, size_t *word_start)
+{
+    g_autofree char *head = g_strndup(s->line->str, s->cur);
+    g_auto(GStrv) words = NULL;
+    GPtrArray *out = g_ptr_array_new_with_free_func(g_free);
+    g_autofree char *word = NULL;
+    guint n;
+    size_t start = s->cur;
+
+    while (start && head[start - 1] != ' ' && head[start - 1] != '\t') {
+        start--;
+    }
+    *word_start = start;
+    word = g_strdup(head + start);
+    head[start] = '\0';
+    words = g_strsplit_set(head, " \t", -1);
+    /* the complete words before the current one */
+    n = 0;
+    for (char **w = words; *w; w++) {
+        if (**w) {
+            words[n++] = *w;
+        } else {
+            g_free(*w);
+        }
+    }
+    words[n] = NULL;
+    if (n == 0) {
+        complete_cmd_names(hmp_cmds, word, out);
+    } else if (n == 1 &&
+               (!strcmp(words[0], "info") || !strcmp(words[0], "help") || !strcmp(words[0], "?"))) {
+        if (!strcmp(words[0], "info")) {
+            complete_cmd_names(hmp_info_cmds, word, out);
+        } else {
+            complete_cmd_names(hmp_cmds, word, out);
+        }
+    } else if ((n == 1 && (!strcmp(words[0], "block_resize") ||
+                           !strcmp(words[0], "block_set_io_throttle"))) ||
+               (n >= 2 && !strcmp(words[0], "info") && !strcmp(words[1], "block") &&
+                word[0] != '-')) {
+        complete_block_devices(s, word, out);
+    }
+    return out;
+}
+
+static int cmp_str(gconstpointer a, gconstpointer b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Tab: one candidate completes the word and adds a space; several complete
+ * their common prefix and are listed in columns under the line, which is
+ * then shown again with the prompt, as QEMU's readline does.
+ */
+static void session_complete(HmpSession *s)
+{
+    size_t start, typed, common, width = 0, cols, col = 0;
+    GPtrArray *c = complete_candidates(s, &start);
+    GString *list;
+
+    typed = s->cur - start;
+    if (c->len == 1) {
+        const char *w = c->pdata[0];
+
+        line_insert(s, w + typed, strlen(w) - typed);
+        line_insert(s, " ", 1);
+    } else if (c->len > 1) {
+        g_ptr_array_sort(c, cmp_str);
+        common = strlen(c->pdata[0]);
+        for (guint i = 1; i < c->len; i++) {
+            const char *a = c->pdata[0], *b = c->pdata[i];
+            size_t k = 0;
+
+            while (k < common && a[k] == b[k]) {
+                k++;
+            }
+            common = k;
+        }
+        if (common > typed) {
+            line_insert(s, (char *)c->pdata[0] + typed, common - typed);
+        }
+        for (guint i = 0; i < c->len; i++) {
+            width = MAX(width, strlen(c->pdata[i]));
+        }
+        width = CLAMP(width + 2, 10, 80);
+        cols = 80 / width;
+        list = g_string_new("\r\n");
+
+        for (guint i = 0; i < c->len; i++) {
+            g_string_append_printf(list, "%-*s", (int)width, (char *)c->pdata[i]);
+            if (++col == cols || i + 1 == c->len) {
+                g_string_append(list, "\r\n");
+                col = 0;
+            }
+        }
+        g_string_append(list, HMP_PROMPT);
+        g_string_append_len(list, s->line->str, s->line->len);
+        qmp_client_write(s->client, list->str, list->len);
+        g_string_free(list, TRUE);
+        if (s->cur < s->line->len) {
+            g_autofree char *back = g_strdup_printf("\033[%zuD", s->line->len - s->cur);
+
+            out_str(s, back);
+        }
+    }
+    g_ptr_array_free(c, TRUE);
+}
+
 /* One byte typed (telnet and mux framing already removed). */
 static void session_key(HmpSession *s, uint8_t ch)
 {
@@ -1419,6 +1919,9 @@ static void session_key(HmpSession *s, uint8_t ch)
         if (s->cur) {
             line_delete_at(s, s->cur - 1);
         }
+        return;
+    case '\t':
+        session_complete(s);
         return;
     case 0x05: /* Ctrl-E: end of line */
         cursor_move(s, s->line->len);

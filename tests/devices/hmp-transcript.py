@@ -157,6 +157,18 @@ def socket_tests(helper, tmp):
         check(h.cmd("block_resize drive0 1G") == [] and os.path.getsize(img) == 1 << 30,
               "image resized to 1 GiB")
 
+        # Tab completes a block device name (and a command, an info subcommand)
+        check(h.cmd("info block -v dr\t") == h.cmd("info block -v drive0"),
+              "tab: info block device")
+        check(h.cmd("block_res\tdr\t1G") == [] and os.path.getsize(img) == 1 << 30,
+              "tab: block_resize drive0")
+        h.send(b"info bl\t")
+        out = h.until(b"(qemu) info block").decode(errors="replace")
+        check(out.endswith("\r\nblock       blockstats  \r\n(qemu) info block"),
+              "tab: candidates listed: %r" % out)
+        h.send(b"\x15")
+        h.until(b"\x1b[K")
+
         # history: up arrow recalls the last line
         h.send(b"\x1b[A")
         h.until()  # the line redrawn after "\r(qemu) "
@@ -344,7 +356,8 @@ def pty_test(helper, tmp):
 
 COMMON = [
     "info status", "stop", "info status", "cont", "info status", "stop", "info status",
-    "info block", "info block drive0", "info block nope", "info blockstats", "info iothreads",
+    "info block", "info block -v", "info block -v drive0", "info qtree",
+    "info block drive0", "info block nope", "info blockstats", "info iothreads",
     "info version",
     "qom-get /machine/peripheral/vd0 drive", "qom-get /machine/peripheral/vd0 config-wce",
     "qom-get /machine/peripheral/vd0 queue-size", "qom-get /machine/peripheral/vd0 iothread",
@@ -369,7 +382,7 @@ COMMON = [
     "help info status", "help info block", "help quit", "system_powerdown", "system_reset",
     "info status",
 ]
-BLOCKDEV = ["info block", "info blockstats", "block_set_io_throttle vd0/virtio-backend 0 0 0 5 0 0",
+BLOCKDEV = ["info block", "info block -v", "info qtree", "info blockstats", "block_set_io_throttle vd0/virtio-backend 0 0 0 5 0 0",
             "info block"]
 
 # (config, command) -> reason.  Lines of these outputs may differ.
@@ -379,6 +392,11 @@ KNOWN = {
     ("blockdev", "info block"): "the throttle group of a -blockdev device is the device id in vblk",
     ("drive", "qom-get \"/machine"): "QEMU ends 'unterminated string' with a bare LF, vblk with CR LF",
 }
+# info qtree: only the virtio-blk-pci device's subtree is compared (the helper
+# has no machine: no host bridge function, ISA bus, ...), and in it these lines
+# may differ: the helper's device is on no PCI bus (addr <unset>, no class or
+# BAR lines), and a real vblk's BARs are all memory (no legacy I/O BAR 0).
+QTREE_PCI_LINES = re.compile(r"^\s*(addr = |class (?!=)|bar \d+: )")
 HELP_PREFIX_ONLY = "help texts are vblk's own words; the synopsis before ' -- ' must match"
 
 
@@ -417,9 +435,35 @@ def collect(p, cmds):
     return outs
 
 
+def qtree_device(lines):
+    """The lines of the first virtio-blk-pci device in info qtree, with its children."""
+    out, indent = [], None
+    for l in lines:
+        depth = len(l) - len(l.lstrip(" "))
+        if indent is None:
+            if l.lstrip().startswith("dev: virtio-blk-pci,"):
+                indent = depth
+                out.append(l[depth:])
+            continue
+        if depth <= indent:
+            break
+        out.append(l[indent:])
+    return out
+
+
 def compare(config, cmds, q, v):
     known = []
     for c, a, b in zip(cmds, q, v):
+        if c == "info qtree":
+            a, b = qtree_device(a), qtree_device(b)
+            check(len(a) > 40, "[%s] info qtree: QEMU's virtio-blk-pci subtree %r" % (config, a))
+            pa = [l for l in a if QTREE_PCI_LINES.match(l)]
+            pb = [l for l in b if QTREE_PCI_LINES.match(l)]
+            if pa != pb:
+                known.append((c, "the helper's device is on no PCI bus (addr, class, BAR lines)",
+                              pa, pb))
+            a = [l for l in a if not QTREE_PCI_LINES.match(l)]
+            b = [l for l in b if not QTREE_PCI_LINES.match(l)]
         if c.startswith("help ") and a and b and not a[0].startswith("unknown"):
             ok = [x.split(" -- ")[0] for x in a[:1]] == [y.split(" -- ")[0] for y in b[:1]]
             check(ok, "[%s] %s: synopsis %r vs %r" % (config, c, a[:1], b[:1]))

@@ -251,6 +251,169 @@ static void test_hmp_deferred(void)
     test_teardown(mon, path);
 }
 
+/*
+ * Tab completion on an HMP connection: a unique command or info subcommand
+ * is completed with a space; several candidates complete their common
+ * prefix and are listed in columns (at least 10 characters wide) before the
+ * prompt and the line are shown again, as QEMU's readline does.
+ */
+static void test_hmp_complete(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    g_autofree char *dir = g_path_get_dirname(path);
+    g_autofree char *hpath = g_build_filename(dir, "hmp.sock", NULL);
+    g_autofree char *harg = g_strdup_printf("unix:%s,server=on,wait=off", hpath);
+    GError *err = NULL;
+    TClient *h;
+
+    g_assert_nonnull(qmp_monitor_add_hmp(harg, &err));
+    g_assert_no_error(err);
+    h = tc_connect(hpath);
+    tc_expect(h, "QEMU 7.2.0 monitor - type 'help' for more information");
+    /* unique: the word and a space */
+    tc_send(h, "info stat\t\n");
+    tc_expect(h, "(qemu) info status ");
+    tc_expect(h, "VM status: running");
+    /* several: their common prefix, the list, then the prompt and the line again */
+    tc_send(h, "sys\t");
+    tc_expect(h, "(qemu) system_");
+    tc_expect(h, "system_powerdown  system_reset      ");
+    tc_send(h, "\x15info status\n"); /* Ctrl-U redraws the prompt on the same line */
+    tc_expect(h, "(qemu) system_\r(qemu) \033[Kinfo status");
+    tc_expect(h, "VM status: running");
+    tc_send(h, "info blo\t");
+    tc_expect(h, "(qemu) info block");
+    tc_expect(h, "block       blockstats  ");
+    tc_send(h, "\x15"
+               "q\t");
+    tc_expect(h, "(qemu) info block\r(qemu) \033[Kq");
+    tc_expect(h, "q         qom-get   qom-list  qom-set   quit      ");
+    tc_send(h, "\x15help in\t\n");
+    tc_expect(h, "(qemu) q\r(qemu) \033[Khelp info ");
+    tc_expect(h, "info block [-n] [-v] [device] -- show the drives");
+    /* nothing to complete: nothing happens */
+    tc_send(h, "\x15"
+               "foo\t\n");
+    for (;;) {
+        g_autofree char *l = tc_recv(h); /* the rest of help info, up to the echo */
+
+        g_assert_nonnull(l);
+        if (strstr(l, "foo")) {
+            break;
+        }
+    }
+    tc_expect(h, "unknown command: 'foo'");
+    tc_close(h);
+    test_pump(20);
+    unlink(hpath);
+    test_teardown(mon, path);
+}
+
+/*
+ * info qtree over a machine's query-pci (as src/vmm/machine-qmp.c answers it:
+ * the host bridge in slot 0, a virtio-blk-pci device in slot 2) and the
+ * device's QOM properties: the tree, newest function first, QEMU's value
+ * formats, the class and BAR lines.
+ */
+static JsonNode *cmd_fake_pci(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    static const char reply[] =
+        "[{\"bus\": 0, \"devices\": ["
+        "{\"bus\": 0, \"slot\": 0, \"function\": 0, \"class_info\": {\"desc\": \"Host bridge\", "
+        "\"class\": 1536}, \"id\": {\"vendor\": 32902, \"device\": 4663, \"subsystem-vendor\": 0, "
+        "\"subsystem\": 0}, \"irq_pin\": 0, \"qdev_id\": \"\", \"regions\": []},"
+        "{\"bus\": 0, \"slot\": 2, \"function\": 0, \"class_info\": {\"desc\": \"SCSI "
+        "controller\", "
+        "\"class\": 256}, \"id\": {\"vendor\": 6900, \"device\": 4162, \"subsystem-vendor\": 6900, "
+        "\"subsystem\": 2}, \"irq_pin\": 1, \"irq\": 11, \"qdev_id\": \"vd0\", \"regions\": ["
+        "{\"bar\": 1, \"type\": \"memory\", \"prefetch\": false, \"mem_type_64\": false, "
+        "\"address\": -1, \"size\": 4096},"
+        "{\"bar\": 4, \"type\": \"memory\", \"prefetch\": false, \"mem_type_64\": true, "
+        "\"address\": 3758112768, \"size\": 16384}]}]}]";
+
+    return json_from_string(reply, errp);
+}
+
+static JsonNode *get_fixed(const char *path, const char *name, void *opaque, GError **errp)
+{
+    return json_from_string(opaque, errp);
+}
+
+static void test_hmp_qtree(void)
+{
+    static const char *const props[][3] = {
+        {"disable-legacy", "OnOffAuto", "\"off\""},
+        {"vectors", "uint32", "2"},
+        {"addr", "int32", "16"},
+        {"romsize", "uint32", "4294967295"},
+        {"drive", "str", "\"drive0\""},
+        {"logical_block_size", "size", "512"},
+        {"discard_granularity", "size", "4294967295"},
+        {"config-wce", "bool", "true"},
+        {"queue-size", "uint16", "256"},
+        {"iothread", "link<iothread>", "\"\""},
+        {"x-data-plane", "bool", "false"},
+    };
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    GError *err = NULL;
+    TClient *c;
+    g_autofree char *reply = NULL;
+
+    qmp_register_command("query-pci", cmd_fake_pci, NULL, 0, NULL);
+    g_assert_true(qom_add_object("/machine/peripheral/vd0", "virtio-blk-pci", &err));
+    for (size_t i = 0; i < G_N_ELEMENTS(props); i++) {
+        g_assert_true(qom_add_property("/machine/peripheral/vd0", props[i][0], props[i][1],
+                                       get_fixed, NULL, (void *)props[i][2], &err));
+    }
+    g_assert_no_error(err);
+    c = tc_connect(path);
+    tc_negotiate(c);
+    reply = tc_cmd(c, "{\"execute\":\"human-monitor-command\","
+                      "\"arguments\":{\"command-line\":\"info qtree\"}}");
+    g_assert_cmpstr(reply, ==,
+                    "{\"return\": \""
+                    "bus: main-system-bus\\r\\n"
+                    "  type System\\r\\n"
+                    "  dev: i440FX-pcihost, id \\\"\\\"\\r\\n"
+                    "    bus: pci.0\\r\\n"
+                    "      type PCI\\r\\n"
+                    "      dev: virtio-blk-pci, id \\\"vd0\\\"\\r\\n"
+                    "        disable-legacy = \\\"off\\\"\\r\\n"
+                    "        vectors = 2 (0x2)\\r\\n"
+                    "        addr = 02.0\\r\\n"
+                    "        romsize = 4294967295 (0xffffffff)\\r\\n"
+                    "        class SCSI controller, addr 00:02.0, pci id 1af4:1042 (sub "
+                    "1af4:0002)\\r\\n"
+                    "        bar 1: mem at 0xffffffffffffffff [0xffe]\\r\\n"
+                    "        bar 4: mem at 0xe0004000 [0xe0007fff]\\r\\n"
+                    "        bus: virtio-bus\\r\\n"
+                    "          type virtio-pci-bus\\r\\n"
+                    "          dev: virtio-blk-device, id \\\"\\\"\\r\\n"
+                    "            drive = \\\"drive0\\\"\\r\\n"
+                    "            logical_block_size = 512 (512 B)\\r\\n"
+                    "            discard_granularity = 4294967295 (4 GiB)\\r\\n"
+                    "            config-wce = true\\r\\n"
+                    "            queue-size = 256 (0x100)\\r\\n"
+                    "      dev: i440FX, id \\\"\\\"\\r\\n"
+                    "        addr = 00.0\\r\\n"
+                    "        romfile = \\\"\\\"\\r\\n"
+                    "        romsize = 4294967295 (0xffffffff)\\r\\n"
+                    "        rombar = 1 (0x1)\\r\\n"
+                    "        multifunction = false\\r\\n"
+                    "        x-pcie-lnksta-dllla = true\\r\\n"
+                    "        x-pcie-extcap-init = true\\r\\n"
+                    "        failover_pair_id = \\\"\\\"\\r\\n"
+                    "        acpi-index = 0 (0x0)\\r\\n"
+                    "        class Host bridge, addr 00:00.0, pci id 8086:1237 (sub "
+                    "0000:0000)\\r\\n"
+                    "\"}");
+    tc_close(c);
+    qom_del_object("/machine/peripheral");
+    test_teardown(mon, path);
+}
+
 /* ---- run state and machine hooks ------------------------------------- */
 
 static int hook_calls[5];
@@ -392,6 +555,8 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/qom", test_qom);
     g_test_add_func("/qmp/hmp-deferred", test_hmp_deferred);
+    g_test_add_func("/qmp/hmp-complete", test_hmp_complete);
+    g_test_add_func("/qmp/hmp-qtree", test_hmp_qtree);
     g_test_add_func("/qmp/machine", test_machine);
     g_test_add_func("/qmp/disconnect", test_disconnect);
     return g_test_run();
