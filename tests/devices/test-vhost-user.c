@@ -7,9 +7,7 @@
  * daemon must then serve a new connection), and the same session against
  * Debian's qemu-storage-daemon when it is installed (cross-check).
  *
- * Ring addresses are sent as front-end virtual addresses unrelated to this
- * process's mapping (and to the GPAs), so a back end that mixes up GPA and
- * UVA fails.
+ * The front end itself is vufront.c (shared with bench-vhost-user).
  *
  * Environment: VBLK_STORAGE_DAEMON (the binary; set by meson),
  * QEMU_STORAGE_DAEMON (default /usr/bin/qemu-storage-daemon).
@@ -31,44 +29,10 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-#include "testdrv.h"
+#include "vufront.h"
 
-/* Protocol constants (the spec's numbers, kept local: the test is the other side). */
-enum {
-    GET_FEATURES = 1,
-    SET_FEATURES = 2,
-    SET_OWNER = 3,
-    RESET_OWNER = 4,
-    SET_MEM_TABLE = 5,
-    SET_LOG_BASE = 6,
-    SET_VRING_NUM = 8,
-    SET_VRING_ADDR = 9,
-    SET_VRING_BASE = 10,
-    GET_VRING_BASE = 11,
-    SET_VRING_KICK = 12,
-    SET_VRING_CALL = 13,
-    GET_PROTOCOL_FEATURES = 15,
-    SET_PROTOCOL_FEATURES = 16,
-    GET_QUEUE_NUM = 17,
-    SET_VRING_ENABLE = 18,
-    GET_CONFIG = 24,
-    SET_CONFIG = 25,
-    GET_INFLIGHT_FD = 31,
-    SET_INFLIGHT_FD = 32,
-    GET_MAX_MEM_SLOTS = 36,
-    ADD_MEM_REG = 37,
-    REM_MEM_REG = 38,
-};
-#define F_PROTOCOL_FEATURES (1ull << 30)
-#define P_MQ                (1ull << 0)
-#define P_REPLY_ACK         (1ull << 3)
-#define P_CONFIG            (1ull << 9)
-#define P_INFLIGHT          (1ull << 12)
-#define P_MEM_SLOTS         (1ull << 15)
-#define NEED_REPLY          (1u << 3)
-#define FAKE_UVA            0x7e0000000000ull /* front-end addresses: not ours, not GPAs */
 #define DISK_SIZE           (16u << 20)
-#define NQ                  2
+#define NQ                  FE_NQ
 /* QEMU 7.2's virtio-blk config space: up to and including unused1 (60 bytes). */
 #define CFG_SIZE (offsetof(struct virtio_blk_config, unused1) + 3)
 
@@ -77,14 +41,6 @@ typedef struct Daemon {
     char *dir, *sock, *img, *log, *pidfile;
     bool qsd;
 } Daemon;
-
-typedef struct Fe {
-    int s;
-    TestDrv *d;
-    TestVq *vq[NQ];
-    unsigned nq;
-    uint64_t features, host_features, proto;
-} Fe;
 
 static char *tmpdir;
 
@@ -206,284 +162,6 @@ static void daemon_stop(Daemon *dm)
     g_free(dm);
 }
 
-/* ---- front end: framing ---- */
-
-static int fe_connect(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    g_assert_cmpint(s, >=, 0);
-    g_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
-    for (int i = 0; i < 500; i++) {
-        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            return s;
-        }
-        g_usleep(10000);
-    }
-    g_error("connect %s: %s", path, g_strerror(errno));
-}
-
-static void fe_send_raw(int s, const void *buf, size_t len, const int *fds, unsigned nfds)
-{
-    union {
-        char b[CMSG_SPACE(16 * sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    ssize_t n;
-
-    g_assert_cmpuint(nfds, <=, 16);
-    if (nfds) {
-        struct cmsghdr *c;
-
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.b;
-        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-    }
-    n = sendmsg(s, &mh, MSG_NOSIGNAL);
-    /* The daemon may already have dropped us (hostile cases): EPIPE/ECONNRESET are fine. */
-    g_assert_true(n == (ssize_t)len || (n < 0 && (errno == EPIPE || errno == ECONNRESET)));
-}
-
-static void fe_send(Fe *fe, uint32_t req, uint32_t flags, const void *payload, uint32_t size,
-                    const int *fds, unsigned nfds)
-{
-    uint8_t buf[12 + 512];
-    uint32_t h[3] = {req, 1 | flags, size};
-
-    g_assert_cmpuint(size, <=, 512);
-    memcpy(buf, h, 12);
-    memcpy(buf + 12, payload, size);
-    fe_send_raw(fe->s, buf, 12 + size, fds, nfds);
-}
-
-static bool fe_read_full(int s, void *buf, size_t len, int timeout_ms)
-{
-    size_t got = 0;
-
-    while (got < len) {
-        struct pollfd p = {.fd = s, .events = POLLIN};
-        ssize_t n;
-
-        if (poll(&p, 1, timeout_ms) != 1) {
-            return false;
-        }
-        n = read(s, (uint8_t *)buf + got, len - got);
-        if (n <= 0) {
-            return false;
-        }
-        got += (size_t)n;
-    }
-    return true;
-}
-
-/* A reply with QEMU's checks: same request, flags exactly 0x5, exact size. */
-static void fe_reply(Fe *fe, uint32_t req, void *payload, uint32_t size)
-{
-    uint32_t h[3];
-
-    g_assert_true(fe_read_full(fe->s, h, 12, 10000));
-    g_assert_cmpuint(h[0], ==, req);
-    g_assert_cmphex(h[1], ==, 0x5);
-    g_assert_cmpuint(h[2], ==, size);
-    g_assert_true(fe_read_full(fe->s, payload, size, 10000));
-}
-
-static uint64_t fe_get_u64(Fe *fe, uint32_t req)
-{
-    uint64_t v;
-
-    fe_send(fe, req, 0, NULL, 0, NULL, 0);
-    fe_reply(fe, req, &v, 8);
-    return v;
-}
-
-static void fe_set_u64(Fe *fe, uint32_t req, uint64_t v)
-{
-    fe_send(fe, req, 0, &v, 8, NULL, 0);
-}
-
-static void fe_ack(Fe *fe, uint32_t req)
-{
-    uint64_t v;
-
-    fe_reply(fe, req, &v, 8);
-    g_assert_cmpuint(v, ==, 0);
-}
-
-/* The daemon closed the connection (after a bad message). */
-static bool fe_dropped(Fe *fe)
-{
-    char c;
-
-    for (;;) {
-        struct pollfd p = {.fd = fe->s, .events = POLLIN};
-        ssize_t n;
-
-        if (poll(&p, 1, 10000) != 1) {
-            return false;
-        }
-        n = read(fe->s, &c, 1);
-        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
-            return true;
-        }
-        if (n < 0) {
-            return false;
-        }
-        /* a reply to an earlier message: skip it */
-    }
-}
-
-/* ---- front end: session ---- */
-
-static uint64_t uva_of(Fe *fe, uint64_t gpa)
-{
-    for (unsigned i = 0; i < testdrv_nregions(fe->d); i++) {
-        uint64_t g = testdrv_region_gpa(fe->d, i);
-
-        if (gpa >= g && gpa - g < testdrv_region_size(fe->d, i)) {
-            return FAKE_UVA + i * 0x40000000ull + (gpa - g);
-        }
-    }
-    g_assert_not_reached();
-}
-
-static void fe_mem_table(Fe *fe, uint32_t flags)
-{
-    uint8_t p[8 + 8 * 32] = {0};
-    int fds[8];
-    uint32_t n = testdrv_nregions(fe->d);
-
-    memcpy(p, &n, 4);
-    for (unsigned i = 0; i < n; i++) {
-        uint64_t r[4] = {testdrv_region_gpa(fe->d, i), testdrv_region_size(fe->d, i),
-                         FAKE_UVA + i * 0x40000000ull, testdrv_region_fd_offset(fe->d, i)};
-
-        memcpy(p + 8 + 32 * i, r, 32);
-        fds[i] = testdrv_memfd(fe->d);
-    }
-    fe_send(fe, SET_MEM_TABLE, flags, p, 8 + 32 * n, fds, n);
-}
-
-static void fe_vring(Fe *fe, unsigned i, unsigned num)
-{
-    uint32_t st[2] = {i, num};
-    struct {
-        uint32_t index, flags;
-        uint64_t desc, used, avail, log;
-    } a = {i,
-           0,
-           uva_of(fe, testvq_desc_gpa(fe->vq[i])),
-           uva_of(fe, testvq_used_gpa(fe->vq[i])),
-           uva_of(fe, testvq_avail_gpa(fe->vq[i])),
-           0};
-    uint64_t v = i;
-    int kick = testvq_kick_fd(fe->vq[i]), call = testvq_call_fd(fe->vq[i]);
-
-    fe_send(fe, SET_VRING_NUM, 0, st, 8, NULL, 0);
-    /* As QEMU after a back-end crash: continue at the used index (0 for a new ring). */
-    st[1] = testvq_used_idx(fe->vq[i]);
-    fe_send(fe, SET_VRING_BASE, 0, st, 8, NULL, 0);
-    fe_send(fe, SET_VRING_ADDR, 0, &a, sizeof(a), NULL, 0);
-    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &kick, 1);
-    fe_send(fe, SET_VRING_CALL, 0, &v, 8, &call, 1);
-}
-
-static void fe_enable(Fe *fe, unsigned i, unsigned on)
-{
-    uint32_t st[2] = {i, on};
-
-    fe_send(fe, SET_VRING_ENABLE, NEED_REPLY, st, 8, NULL, 0);
-    fe_ack(fe, SET_VRING_ENABLE);
-}
-
-static void fe_handshake(Fe *fe);
-static bool fe_want_inflight; /* fe_handshake: negotiate INFLIGHT_SHMFD too */
-
-/* Connect and negotiate up to (not including) the memory table. */
-static Fe *fe_open(Daemon *dm, unsigned nregions)
-{
-    Fe *fe = g_new0(Fe, 1);
-    TestDrvOpts o = {.ram_size = 32 << 20, .nregions = nregions};
-
-    fe->s = fe_connect(dm->sock);
-    fe->d = testdrv_new(&o);
-    fe_handshake(fe);
-    return fe;
-}
-
-/* GET_FEATURES .. SET_OWNER, in QEMU 7.2's order. */
-static void fe_handshake(Fe *fe)
-{
-    fe->host_features = fe_get_u64(fe, GET_FEATURES);
-    g_assert_true(fe->host_features & F_PROTOCOL_FEATURES);
-    fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
-    fe->proto &= P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0);
-    g_assert_cmphex(fe->proto, ==,
-                    P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0));
-    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
-    g_assert_cmpuint(fe_get_u64(fe, GET_QUEUE_NUM), >=, NQ);
-    fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0);
-    fe->features = testdrv_negotiate(
-        fe->host_features, (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
-                               (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
-                               (1ull << VIRTIO_BLK_F_SEG_MAX) | (1ull << VIRTIO_BLK_F_BLK_SIZE) |
-                               (1ull << VIRTIO_BLK_F_FLUSH) | (1ull << VIRTIO_BLK_F_CONFIG_WCE) |
-                               (1ull << VIRTIO_BLK_F_DISCARD) |
-                               (1ull << VIRTIO_BLK_F_WRITE_ZEROES) | (1ull << VIRTIO_BLK_F_MQ));
-}
-
-/* The rest of QEMU 7.2's start sequence: features, memory, rings, enable. */
-static void fe_start(Fe *fe, unsigned nq)
-{
-    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
-    fe_mem_table(fe, NEED_REPLY);
-    fe_ack(fe, SET_MEM_TABLE);
-    fe->nq = nq;
-    for (unsigned i = 0; i < nq; i++) {
-        fe->vq[i] = testvq_new(fe->d, 128, fe->features);
-        fe_vring(fe, i, 128);
-    }
-    for (unsigned i = 0; i < nq; i++) {
-        fe_enable(fe, i, 1);
-    }
-}
-
-static void fe_close(Fe *fe)
-{
-    close(fe->s);
-    for (unsigned i = 0; i < NQ; i++) {
-        if (fe->vq[i]) {
-            testvq_free(fe->vq[i]);
-        }
-    }
-    testdrv_free(fe->d);
-    g_free(fe);
-}
-
-static uint8_t fe_io(Fe *fe, unsigned q, uint32_t type, uint64_t sector, void *data, uint32_t len)
-{
-    TestBlkReq r = testblk_submit(fe->vq[q], type, sector, data, len, len > 4096);
-    uint16_t head;
-    uint32_t ulen;
-
-    g_assert_cmpint(r.head, >=, 0);
-    testvq_kick_force(fe->vq[q]);
-    g_assert_true(testvq_wait_used(fe->vq[q], 10000));
-    g_assert_true(testvq_get_used(fe->vq[q], &head, &ulen));
-    g_assert_cmpuint(head, ==, (uint16_t)r.head);
-    if (type == VIRTIO_BLK_T_IN && data) {
-        testdrv_memread(fe->d, r.data_gpa, data, len);
-    }
-    return testblk_status(fe->vq[q], &r);
-}
 
 /* ---- tests ---- */
 
@@ -491,7 +169,7 @@ static uint8_t fe_io(Fe *fe, unsigned q, uint32_t type, uint64_t sector, void *d
 static void test_io(void)
 {
     Daemon *dm = daemon_start(false);
-    Fe *fe = fe_open(dm, 2);
+    Fe *fe = fe_open(dm->sock, 2);
     static uint8_t w[65536], r[65536], f[65536];
     uint32_t st[2] = {0, 0};
     int fd;
@@ -534,7 +212,7 @@ static void test_io(void)
     fe_close(fe);
 
     /* A new front end on the same daemon: fresh session, data still there. */
-    fe = fe_open(dm, 1);
+    fe = fe_open(dm->sock, 1);
     fe_start(fe, 1);
     memset(r, 0, 65536);
     g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 1000, r, 4096), ==, VIRTIO_BLK_S_OK);
@@ -559,7 +237,7 @@ static void test_io_block_layer(void)
 static void test_reconnect(void)
 {
     Daemon *dm = daemon_start(false);
-    Fe *fe = fe_open(dm, 2);
+    Fe *fe = fe_open(dm->sock, 2);
     uint8_t buf[4096];
     int status;
 
@@ -716,7 +394,7 @@ static void test_inflight_fd(void)
     int fd;
 
     fe_want_inflight = true;
-    fe = fe_open(dm, 2);
+    fe = fe_open(dm->sock, 2);
     fe_want_inflight = false;
     /* Two geometries: the largest ring, and the one used below. */
     fd = fe_get_inflight(fe, 1, 1024, &r);
@@ -844,7 +522,7 @@ static void inflight_kill(const char *extra)
     dm = daemon_start(false);
     export_extra = "";
     fe_want_inflight = true;
-    fe = fe_open(dm, 2);
+    fe = fe_open(dm->sock, 2);
     fe_want_inflight = false;
     /* QEMU 7.2's order: features, GET/SET_INFLIGHT_FD, then memory and rings. */
     fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
@@ -1127,7 +805,7 @@ static void test_stop_inflight(void)
     dm = daemon_start(false);
     blockdev_override = NULL;
     export_extra = "";
-    fe = fe_open(dm, 1);
+    fe = fe_open(dm->sock, 1);
     fe_start(fe, 1);
     for (unsigned i = 0; i < 8; i++) {
         req[i] = testblk_submit(fe->vq[0], VIRTIO_BLK_T_IN, i * 8, NULL, 4096, false);
@@ -1153,7 +831,7 @@ static void test_stop_inflight(void)
 static void test_config(void)
 {
     Daemon *dm = daemon_start(false);
-    Fe *fe = fe_open(dm, 1);
+    Fe *fe = fe_open(dm->sock, 1);
     uint8_t p[12 + CFG_SIZE] = {0};
     uint32_t c[3] = {0, CFG_SIZE, 0};
     struct virtio_blk_config cfg;
@@ -1631,7 +1309,7 @@ static void test_hostile(void)
 
     for (unsigned i = 0; i < G_N_ELEMENTS(hostile); i++) {
         const Hostile *h = &hostile[i];
-        Fe *fe = fe_open(dm, 1);
+        Fe *fe = fe_open(dm->sock, 1);
         g_autofree char *want = g_strdup_printf("exp0: vhost-user%s", h->msg);
         g_autofree char *log = NULL;
 
@@ -1651,7 +1329,7 @@ static void test_hostile(void)
     }
     /* After all of them: a full session with real I/O. */
     {
-        Fe *fe = fe_open(dm, 2);
+        Fe *fe = fe_open(dm->sock, 2);
 
         fe_start(fe, 1);
         memset(w, 0x5a, sizeof(w));
@@ -1678,7 +1356,7 @@ static void test_hostile(void)
 static void test_bad_ring(void)
 {
     Daemon *dm = daemon_start(false);
-    Fe *fe = fe_open(dm, 1);
+    Fe *fe = fe_open(dm->sock, 1);
     uint8_t w[4096], r[4096];
 
     fe_start(fe, 1);
@@ -1688,7 +1366,7 @@ static void test_bad_ring(void)
     testvq_kick_force(fe->vq[0]);
     g_usleep(100000);
     fe_close(fe);
-    fe = fe_open(dm, 1);
+    fe = fe_open(dm->sock, 1);
     fe_start(fe, 1);
     memset(w, 0xa5, sizeof(w));
     g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 0, w, 4096), ==, VIRTIO_BLK_S_OK);
@@ -1764,7 +1442,7 @@ static void test_qmp(void)
     g_assert_nonnull(strstr(r, "vhost-user-blk"));
     g_free(r);
     /* The path switch while a front end runs I/O on exp0: data stays right on both paths. */
-    fe = fe_open(dm, 1);
+    fe = fe_open(dm->sock, 1);
     fe_start(fe, NQ);
     for (unsigned round = 0; round < 4; round++) {
         bool on = round % 2;
@@ -1809,7 +1487,7 @@ static void test_qmp(void)
     g_free(r);
     /* A read-only null export: reads give zeroes, writes are refused. */
     dm1.sock = sock1;
-    fe = fe_open(&dm1, 1);
+    fe = fe_open(dm1.sock, 1);
     g_assert_false(fe->host_features & (1ull << VIRTIO_BLK_F_WRITE_ZEROES));
     g_assert_true(fe->host_features & (1ull << VIRTIO_BLK_F_RO));
     fe_start(fe, 1);
@@ -1910,7 +1588,7 @@ static void run_session(bool qsd, Session *s)
     uint32_t c[3] = {0, CFG_SIZE, 0};
     uint8_t w[8192], r[8192];
 
-    fe = fe_open(dm, 2);
+    fe = fe_open(dm->sock, 2);
     s->features = fe->host_features;
     s->queues = NQ;
     memcpy(p, c, 12);
