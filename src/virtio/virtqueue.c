@@ -324,19 +324,25 @@ static bool vq_map_chain(VirtQueue *vq, VirtQueueElement *elem, uint16_t head)
     return true;
 }
 
+/* Map the chain at @head (< num) into @elem; @busy is the error if it is in flight. */
+static bool vq_map_head(VirtQueue *vq, VirtQueueElement *elem, uint16_t head, const char *busy)
+{
+    if (inflight_test(vq, head)) {
+        virtqueue_set_broken(vq, busy);
+        return false;
+    }
+    elem->out_num = elem->in_num = 0;
+    elem->out_len = elem->in_len = 0;
+    elem->head = head;
+    return vq_map_chain(vq, elem, head);
+}
+
 /* The next head of the resubmit list (checked < num and unique when set). */
 static int vq_pop_resubmit(VirtQueue *vq, VirtQueueElement *elem)
 {
     uint16_t head = vq->resubmit[vq->resubmit_next];
 
-    if (inflight_test(vq, head)) {
-        virtqueue_set_broken(vq, "resubmitted head is already in flight");
-        return -EIO;
-    }
-    elem->out_num = elem->in_num = 0;
-    elem->out_len = elem->in_len = 0;
-    elem->head = head;
-    if (!vq_map_chain(vq, elem, head)) {
+    if (!vq_map_head(vq, elem, head, "resubmitted head is already in flight")) {
         return -EIO;
     }
     vq->resubmit_next++;
@@ -377,14 +383,7 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
         virtqueue_set_broken(vq, "avail ring head index out of range");
         return -EIO;
     }
-    if (inflight_test(vq, head)) {
-        virtqueue_set_broken(vq, "avail ring head is already in flight");
-        return -EIO;
-    }
-    elem->out_num = elem->in_num = 0;
-    elem->out_len = elem->in_len = 0;
-    elem->head = head;
-    if (!vq_map_chain(vq, elem, head)) {
+    if (!vq_map_head(vq, elem, head, "avail ring head is already in flight")) {
         return -EIO;
     }
     vq->last_avail_idx++;
