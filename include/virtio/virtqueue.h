@@ -149,6 +149,24 @@ bool virtqueue_set_state(VirtQueue *vq, const VirtQueueState *state);
 /* Context: owner thread */
 void virtqueue_invalidate_signalled_used(VirtQueue *vq);
 
+/*
+ * Both sides' ring indices for a state dump: the device's own (what it popped,
+ * pushed, published and last decided to signal) and the driver's, read from
+ * guest memory now (avail->idx and flags, used_event). With them a stalled
+ * queue tells a missed kick (avail_idx != last_avail_idx) from a guest that
+ * waits for an interrupt (used_event at or before published_used).
+ * Context: any thread. The device's fields are read without synchronization,
+ * so a busy queue gives a torn but harmless picture.
+ */
+typedef struct VirtQueueDebug {
+    uint16_t last_avail_idx, used_idx, published_used, signalled_used;
+    bool signalled_used_valid, notify_enabled, event_idx, broken;
+    uint16_t avail_idx, avail_flags, used_event; /* driver-written */
+    uint16_t guest_used_idx, avail_event;        /* as stored in guest memory */
+    unsigned inflight;
+} VirtQueueDebug;
+void virtqueue_debug_snapshot(const VirtQueue *vq, VirtQueueDebug *d);
+
 /* Popped but not yet pushed elements. Context: owner thread */
 unsigned virtqueue_inflight(const VirtQueue *vq);
 /* Context: any thread */

@@ -63,6 +63,7 @@ typedef struct Uart16550 {
     uint8_t rx[UART_FIFO_SIZE];
     unsigned rx_head, rx_count;
     uint64_t tx_bytes, rx_bytes, rx_overruns;
+    uint64_t irq_raises; /* interrupt line low -> high: the edges the guest got */
 } Uart16550;
 
 /* Context: owner's thread, before use. Power-on state. */

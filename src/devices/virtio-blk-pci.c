@@ -409,6 +409,46 @@ static void blk_pci_free_resources(VirtIOBlkPCI *s)
 }
 
 /* Context: any thread (no BQL) */
+/*
+ * One queue's ring indices, device and driver side, and what they say: a
+ * missed kick (the guest made requests available that were never popped),
+ * completions the guest has not consumed (with EVENT_IDX it re-arms used_event
+ * at what it has consumed), or a guest that simply stopped sending.
+ */
+static void blk_pci_debug_ring(GString *out, VirtIOBlkPCI *s, unsigned q)
+{
+    VirtQueueDebug d;
+    const char *verdict;
+
+    if (!s->vq[q]) {
+        return;
+    }
+    virtqueue_debug_snapshot(s->vq[q], &d);
+    if (d.broken) {
+        verdict = "queue broken";
+    } else if (d.avail_idx != d.last_avail_idx) {
+        verdict = d.notify_enabled ? "requests available, not popped (kick missed?)"
+                                   : "requests available, not popped (device polling)";
+    } else if (d.inflight) {
+        verdict = "requests in flight in the device";
+    } else if (d.guest_used_idx != d.published_used) {
+        verdict = "used idx in guest memory differs from the published one";
+    } else if (d.event_idx && d.used_event != d.published_used) {
+        /* The driver re-arms used_event at what it has consumed. */
+        verdict = "the guest has not consumed every published completion (interrupt lost?)";
+    } else {
+        verdict = "idle: the guest consumed every completion and queued nothing";
+    }
+    g_string_append_printf(out,
+                           "device %s queue %u ring: avail idx %u (popped to %u), used idx %u "
+                           "(published %u, in guest memory %u), used_event %u, avail_event %u, "
+                           "signalled at %u%s, avail flags %#x, notify %s, in flight %u: %s\n",
+                           s->id, q, d.avail_idx, d.last_avail_idx, d.used_idx, d.published_used,
+                           d.guest_used_idx, d.used_event, d.avail_event, d.signalled_used,
+                           d.signalled_used_valid ? "" : " (stale)", d.avail_flags,
+                           d.notify_enabled ? "enabled" : "disabled", d.inflight, verdict);
+}
+
 void blk_pci_debug_state(GString *out, void *opaque)
 {
     VirtIOBlkPCI *s = opaque;
@@ -442,6 +482,7 @@ void blk_pci_debug_state(GString *out, void *opaque)
                                    "\n",
                                    s->id, q, st.requests, st.completed, st.inflight, st.kicks, st.irqs,
                                    st.irqs_suppressed, st.throttle_waits);
+            blk_pci_debug_ring(out, s, q);
         }
     }
     pthread_mutex_unlock(&s->debug_lock);

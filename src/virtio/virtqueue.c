@@ -604,3 +604,24 @@ unsigned virtqueue_resubmit_pending(const VirtQueue *vq)
 {
     return vq->resubmit_n - vq->resubmit_next;
 }
+
+/* Context: any thread (see the header: unsynchronized reads) */
+void virtqueue_debug_snapshot(const VirtQueue *vq, VirtQueueDebug *d)
+{
+    *d = (VirtQueueDebug){
+        .last_avail_idx = qatomic_read(&vq->last_avail_idx),
+        .used_idx = qatomic_read(&vq->used_idx),
+        .published_used = qatomic_read(&vq->published_used),
+        .signalled_used = qatomic_read(&vq->signalled_used),
+        .signalled_used_valid = qatomic_read(&vq->signalled_used_valid),
+        .notify_enabled = qatomic_read(&vq->notify_enabled),
+        .event_idx = vq->event_idx,
+        .broken = qatomic_read(&vq->broken),
+        .avail_idx = le16toh(qatomic_read(&vq->avail->idx)),
+        .avail_flags = le16toh(qatomic_read(&vq->avail->flags)),
+        .used_event = vq->event_idx ? le16toh(qatomic_read(vq->used_event)) : 0,
+        .guest_used_idx = le16toh(qatomic_read(&vq->used->idx)),
+        .avail_event = vq->event_idx ? le16toh(qatomic_read(vq->avail_event)) : 0,
+        .inflight = qatomic_read(&vq->inflight),
+    };
+}

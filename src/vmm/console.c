@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/barrier.h"
+#include "util/debug-state.h"
 #include "vmm/console.h"
 #include "vmm/serial.h"
 
@@ -98,6 +100,28 @@ static Console *console_alloc(Vm *vm)
     return con;
 }
 
+/*
+ * The UART as the guest's 8250 driver sees it. A console that stopped
+ * mid-line with IER.THRI set, a THRE interrupt pending and the line high
+ * means an edge the guest never took; THRI clear means the guest stopped
+ * sending. Context: any thread (unsynchronized reads, for a state dump).
+ */
+static void console_debug_state(GString *out, void *opaque)
+{
+    Console *con = opaque;
+    const Uart16550 *u = &con->uart;
+
+    g_string_append_printf(out,
+                           "uart: IER %#x, LSR %#x, MCR %#x, THRE interrupt pending %d, IRQ line %s, "
+                           "%" G_GUINT64_FORMAT " bytes sent, %" G_GUINT64_FORMAT
+                           " interrupts raised, %" G_GUINT64_FORMAT " received\n",
+                           qatomic_read(&u->ier), qatomic_read(&u->lsr), qatomic_read(&u->mcr),
+                           qatomic_read(&u->thr_ipending),
+                           qatomic_read(&u->irq_level) ? "high" : "low",
+                           qatomic_read(&u->tx_bytes), qatomic_read(&u->irq_raises),
+                           qatomic_read(&u->rx_bytes));
+}
+
 static bool console_register(Console *con, GError **errp)
 {
     bool ok;
@@ -106,6 +130,9 @@ static bool console_register(Console *con, GError **errp)
     ok = iobus_add(vm_pio_bus(con->vm), UART_COM1_BASE, 8, &console_pio_ops, con, errp);
     vm_unlock(con->vm);
     con->registered = ok;
+    if (ok) {
+        debug_state_register(console_debug_state, con);
+    }
     return ok;
 }
 
@@ -385,6 +412,7 @@ void console_free(Console *con)
         console_restore_tty();
     }
     if (con->registered) {
+        debug_state_unregister(console_debug_state, con);
         vm_lock(con->vm);
         iobus_remove(vm_pio_bus(con->vm), UART_COM1_BASE);
         vm_unlock(con->vm);

@@ -35,6 +35,7 @@ static void uart_update_irq(Uart16550 *u)
 
     if (level != u->irq_level) {
         u->irq_level = level;
+        u->irq_raises += level;
         if (u->ops && u->ops->set_irq) {
             u->ops->set_irq(u->opaque, level);
         }

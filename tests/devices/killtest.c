@@ -577,6 +577,47 @@ static void make_image(const char *path)
  * from the image the last kill left (its versions in ch->ver), reads every
  * block back through the device, then writes on.
  */
+/*
+ * Wait until the image stops changing after the kill. A SIGKILLed process's
+ * io_uring writes are not all waited for when it exits: plain reads and writes
+ * are reaped when the ring is torn down, in a kernel worker, after waitpid()
+ * has returned. One of them landing after the check read the image showed as
+ * a "phantom" in the next run (a version the new child never submitted, seen
+ * under heavy load with aio=io_uring only). Each pass hashes the image; two
+ * equal passes 20 ms apart end it (at most 2 s).
+ */
+static void wait_image_settled(const char *path)
+{
+    uint64_t last = 0;
+    uint8_t buf[BLK_SIZE];
+
+    for (int pass = 0; pass < 100; pass++) {
+        uint64_t h = 1469598103934665603ull;
+        int fd = open(path, O_RDONLY);
+
+        if (fd < 0) {
+            return;
+        }
+        for (uint32_t b = 0; b < NBLK; b++) {
+            if (pread(fd, buf, BLK_SIZE, (off_t)b * BLK_SIZE) != BLK_SIZE) {
+                break;
+            }
+            for (unsigned i = 0; i < BLK_SIZE; i += 8) {
+                uint64_t w;
+
+                memcpy(&w, buf + i, 8);
+                h = (h ^ w) * 1099511628211ull;
+            }
+        }
+        close(fd);
+        if (pass && h == last) {
+            return;
+        }
+        last = h;
+        g_usleep(20000);
+    }
+}
+
 static void one_kill(const Combo *c, Chain *ch, uint64_t *rng, unsigned delay_us, Tally *t)
 {
     const char *path = ch->path;
@@ -620,6 +661,7 @@ static void one_kill(const Combo *c, Chain *ch, uint64_t *rng, unsigned delay_us
     kill(pid, SIGKILL);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    wait_image_settled(path);
     t->kills++;
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || !sh->ready) {
         t->failed++;

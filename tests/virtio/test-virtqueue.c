@@ -277,6 +277,44 @@ static void test_event_idx(void)
     vqf_cleanup(&f);
 }
 
+/* The state dump's snapshot shows both sides' indices as they are. */
+static void test_debug_snapshot(void)
+{
+    VirtQueueDebug d;
+    Vqf f;
+
+    vqf_init(&f, 8, F_V1 | F_EVENT_IDX, NULL);
+    testvq_set_auto_used_event(f.tvq, false);
+    post_one(&f);
+    post_one(&f);
+    virtqueue_debug_snapshot(f.vq, &d);
+    g_assert_true(d.event_idx);
+    g_assert_cmpuint(d.avail_idx, ==, 2); /* the driver published two ... */
+    g_assert_cmpuint(d.last_avail_idx, ==, 0); /* ... that the device has not popped */
+    g_assert_cmpuint(d.inflight, ==, 0);
+    g_assert_cmpint(virtqueue_pop(f.vq, &f.elem), ==, 1);
+    virtqueue_debug_snapshot(f.vq, &d);
+    g_assert_cmpuint(d.last_avail_idx, ==, 1);
+    g_assert_cmpuint(d.inflight, ==, 1);
+    g_assert(virtqueue_push(f.vq, f.elem.head, 0));
+    virtqueue_debug_snapshot(f.vq, &d);
+    g_assert_cmpuint(d.used_idx, ==, 1);
+    g_assert_cmpuint(d.published_used, ==, 0); /* pushed, not yet flushed */
+    g_assert_cmpuint(d.guest_used_idx, ==, 0);
+    complete_all(&f);
+    testvq_set_used_event(f.tvq, 1);
+    g_assert_true(virtqueue_should_notify(f.vq));
+    virtqueue_debug_snapshot(f.vq, &d);
+    g_assert_cmpuint(d.published_used, ==, 2);
+    g_assert_cmpuint(d.guest_used_idx, ==, 2);
+    g_assert_cmpuint(d.signalled_used, ==, 2);
+    g_assert_true(d.signalled_used_valid);
+    g_assert_cmpuint(d.used_event, ==, 1); /* the driver has consumed less than published */
+    g_assert_cmpuint(d.avail_event, ==, 2);
+    g_assert_cmpuint(d.inflight, ==, 0);
+    vqf_cleanup(&f);
+}
+
 static void test_state_handoff(void)
 {
     Vqf f;
@@ -437,6 +475,7 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/notify-flags", test_no_event_idx_flags);
     g_test_add_func("/virtqueue/event-idx", test_event_idx);
     g_test_add_func("/virtqueue/state-handoff", test_state_handoff);
+    g_test_add_func("/virtqueue/debug-snapshot", test_debug_snapshot);
     g_test_add_func("/virtqueue/index-wrap", test_index_wrap);
     g_test_add_func("/virtqueue/threads-event-idx", test_threads_event_idx);
     g_test_add_func("/virtqueue/threads-flags", test_threads_flags);

@@ -122,8 +122,13 @@ static void test_thre_after_write(void)
     g_assert_true(s.level);
     g_assert_cmpint(s.irq_changes, ==, 1);
     g_assert_cmphex(uart_read(&u, UART_IIR) & 0x0f, ==, UART_IIR_THRI);
+    /* Each byte written with THRI on is one more edge (the state dump's count). */
+    g_assert_cmpuint(u.irq_raises, ==, 2);
+    uart_write(&u, UART_RBR, 'y');
+    g_assert_cmpuint(u.irq_raises, ==, 3);
     uart_write(&u, UART_IER, 0);
     g_assert_false(s.level);
+    g_assert_cmpuint(u.irq_raises, ==, 3);
     g_string_free(s.out, TRUE);
 }
 
