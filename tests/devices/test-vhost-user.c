@@ -28,6 +28,7 @@
 #include <linux/virtio_blk.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
+#include <json-glib/json-glib.h>
 
 #include "vufront.h"
 
@@ -1472,6 +1473,29 @@ static void test_qmp(void)
         }
     }
     fe_close(fe);
+    /* Both paths' requests are counted on the export's backend: 4 writes, 1+2+3+4 reads. */
+    r = qmp_cmd("{\"execute\": \"query-blockstats\"}\n", NULL);
+    {
+        g_autoptr(JsonParser) p = json_parser_new();
+        JsonObject *st;
+
+        g_assert_true(json_parser_load_from_data(p, r, -1, NULL));
+        JsonArray *arr = json_object_get_array_member(json_node_get_object(json_parser_get_root(p)),
+                                                      "return");
+        g_assert_cmpuint(json_array_get_length(arr), ==, 1);
+        st = json_array_get_object_element(arr, 0);
+        g_assert_cmpstr(json_object_get_string_member(st, "device"), ==, "");
+        g_assert_false(json_object_has_member(st, "qdev"));
+        g_assert_cmpstr(json_object_get_string_member(st, "node-name"), ==, "disk");
+        g_assert_false(json_object_has_member(st, "parent")); /* a file node has no child */
+        st = json_object_get_object_member(st, "stats");
+        g_assert_cmpint(json_object_get_int_member(st, "wr_operations"), ==, 4);
+        g_assert_cmpint(json_object_get_int_member(st, "rd_operations"), ==, 10);
+        g_assert_cmpint(json_object_get_int_member(st, "wr_bytes"), ==, 4 * 4096);
+        g_assert_cmpint(json_object_get_int_member(st, "wr_highest_offset"), ==,
+                        (100 + 3 * 8) * 512 + 4096);
+    }
+    g_free(r);
     sock1 = g_build_filename(dm->dir, "vu1.sock", NULL);
     add = g_strdup_printf("{\"execute\": \"block-export-add\", \"arguments\": {\"type\": "
                           "\"vhost-user-blk\", \"id\": \"exp1\", \"node-name\": \"nul\", "
