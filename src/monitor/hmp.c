@@ -135,11 +135,17 @@ static void tail_done(JsonNode *result, GError *err, void *opaque)
     }
 }
 
-/* The command's last QMP call; may defer (returns true), then the run ends later. */
+/*
+ * The command's last QMP call, with @args (taken over; may be NULL); may
+ * defer (returns true), then the run ends later.
+ */
 static bool hmp_qmp_tail(HmpRun *r, const char *name, JsonObject *args, HmpFormatFn format)
 {
     r->format = format;
     r->deferred = qmp_run_internal(r->client, name, args, tail_done, r);
+    if (args) {
+        json_object_unref(args);
+    }
     return r->deferred;
 }
 
@@ -600,7 +606,7 @@ static void qtree_value(HmpRun *r, int indent, const char *name, const char *typ
 }
 
 /* name -> type of the properties qom-list lists at @path; NULL if there is no such object. */
-static GHashTable *qtree_prop_types(HmpRun *r, const char *path)
+static GHashTable *qom_prop_types(HmpRun *r, const char *path)
 {
     JsonObject *args = args_new();
     JsonNode *res;
@@ -691,7 +697,7 @@ static void qtree_pci_info(HmpRun *r, int indent, JsonObject *d)
 static void qtree_blk_pci(HmpRun *r, int indent, const char *id, JsonObject *pci)
 {
     g_autofree char *path = g_strdup_printf("/machine/peripheral/%s", id);
-    GHashTable *types = qtree_prop_types(r, path);
+    GHashTable *types = qom_prop_types(r, path);
 
     hmp_printf(r, "%*sdev: virtio-blk-pci, id \"%s\"\n", indent, "", id);
     if (!types) {
@@ -781,7 +787,7 @@ static bool info_qtree(HmpRun *r, HmpArgs *a)
             }
         }
     } else {
-        GHashTable *ids = qtree_prop_types(r, "/machine/peripheral");
+        GHashTable *ids = qom_prop_types(r, "/machine/peripheral");
         GList *keys = ids ? g_hash_table_get_keys(ids) : NULL;
 
         keys = g_list_sort(keys, (GCompareFunc)strcmp);
@@ -810,7 +816,6 @@ static bool hmp_quit(HmpRun *r, HmpArgs *a)
 static bool hmp_qom_list(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args;
-    bool deferred;
 
     if (!a->v->pdata[0]) {
         hmp_printf(r, "/\n"); /* QEMU's answer without a path */
@@ -818,44 +823,26 @@ static bool hmp_qom_list(HmpRun *r, HmpArgs *a)
     }
     args = args_new();
     json_object_set_string_member(args, "path", a->v->pdata[0]);
-    deferred = hmp_qmp_tail(r, "qom-list", args, fmt_qom_list);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-list", args, fmt_qom_list);
 }
 
 static bool hmp_qom_get(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "path", a->v->pdata[0]);
     json_object_set_string_member(args, "property", a->v->pdata[1]);
-    deferred = hmp_qmp_tail(r, "qom-get", args, fmt_json);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-get", args, fmt_json);
 }
 
 /* The QOM type of @prop at @path, from qom-list; NULL if unknown. */
 static char *qom_prop_type(HmpRun *r, const char *path, const char *prop)
 {
-    JsonObject *args = args_new();
-    JsonNode *res;
-    JsonArray *arr;
-    char *type = NULL;
+    GHashTable *types = qom_prop_types(r, path);
+    char *type = types ? g_strdup(g_hash_table_lookup(types, prop)) : NULL;
 
-    json_object_set_string_member(args, "path", path);
-    res = hmp_qmp(r, "qom-list", args, NULL);
-    json_object_unref(args);
-    arr = as_array(res);
-    for (guint i = 0; arr && i < json_array_get_length(arr) && !type; i++) {
-        JsonObject *p = array_obj(arr, i);
-
-        if (!strcmp(str_member(p, "name", ""), prop)) {
-            type = g_strdup(str_member(p, "type", ""));
-        }
-    }
-    if (res) {
-        json_node_unref(res);
+    if (types) {
+        g_hash_table_unref(types);
     }
     return type;
 }
@@ -905,7 +892,6 @@ static bool hmp_qom_set(HmpRun *r, HmpArgs *a)
     JsonObject *args;
     JsonNode *value;
     GError *err = NULL;
-    bool deferred;
 
     if (a->flag_j) {
         value = qmp_json_parse(text, strlen(text), &err);
@@ -923,36 +909,28 @@ static bool hmp_qom_set(HmpRun *r, HmpArgs *a)
     json_object_set_string_member(args, "path", path);
     json_object_set_string_member(args, "property", prop);
     json_object_set_member(args, "value", value);
-    deferred = hmp_qmp_tail(r, "qom-set", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-set", args, NULL);
 }
 
 static bool hmp_block_resize(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "device", a->v->pdata[0]);
     json_object_set_int_member(args, "size", a->num[1]);
-    deferred = hmp_qmp_tail(r, "block_resize", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "block_resize", args, NULL);
 }
 
 static bool hmp_block_set_io_throttle(HmpRun *r, HmpArgs *a)
 {
     static const char *const keys[] = {"bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr"};
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "device", a->v->pdata[0]);
     for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
         json_object_set_int_member(args, keys[i], a->num[i + 1]);
     }
-    deferred = hmp_qmp_tail(r, "block_set_io_throttle", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "block_set_io_throttle", args, NULL);
 }
 
 static bool hmp_help_cmd(HmpRun *r, HmpArgs *a)
