@@ -50,7 +50,9 @@ typedef struct HmpCmd {
     const char *args; /* argument types: s string, S rest of line, B block device, o size, l int */
     const char *params; /* for help */
     const char *help;
-    HmpFn fn;
+    HmpFn fn; /* NULL: the QMP command @qmp without arguments, its result @format'ed */
+    const char *qmp;
+    HmpFormatFn format; /* NULL: no output on success */
 } HmpCmd;
 
 static void hmp_printf(HmpRun *r, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
@@ -133,11 +135,17 @@ static void tail_done(JsonNode *result, GError *err, void *opaque)
     }
 }
 
-/* The command's last QMP call; may defer (returns true), then the run ends later. */
+/*
+ * The command's last QMP call, with @args (taken over; may be NULL); may
+ * defer (returns true), then the run ends later.
+ */
 static bool hmp_qmp_tail(HmpRun *r, const char *name, JsonObject *args, HmpFormatFn format)
 {
     r->format = format;
     r->deferred = qmp_run_internal(r->client, name, args, tail_done, r);
+    if (args) {
+        json_object_unref(args);
+    }
     return r->deferred;
 }
 
@@ -495,44 +503,10 @@ static JsonObject *args_new(void)
     return json_object_new();
 }
 
-static bool cmd_simple(HmpRun *r, const char *qmp, HmpFormatFn fmt)
+/* The generic handler: a table row's QMP command, without arguments, and its formatter. */
+static bool cmd_simple(HmpRun *r, const HmpCmd *c)
 {
-    return hmp_qmp_tail(r, qmp, NULL, fmt);
-}
-
-static bool info_status(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-status", fmt_status);
-}
-
-static bool info_version(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-version", fmt_version);
-}
-
-static bool info_iothreads(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-iothreads", fmt_iothreads);
-}
-
-static bool info_cpus(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-cpus-fast", fmt_cpus);
-}
-
-static bool info_pci(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-pci", fmt_pci);
-}
-
-static bool info_blockstats(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "query-blockstats", fmt_blockstats);
-}
-
-static bool info_dataplane(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "x-query-virtio-blk-dataplane", fmt_dataplane);
+    return hmp_qmp_tail(r, c->qmp, NULL, c->format);
 }
 
 static bool info_block(HmpRun *r, HmpArgs *a)
@@ -632,7 +606,7 @@ static void qtree_value(HmpRun *r, int indent, const char *name, const char *typ
 }
 
 /* name -> type of the properties qom-list lists at @path; NULL if there is no such object. */
-static GHashTable *qtree_prop_types(HmpRun *r, const char *path)
+static GHashTable *qom_prop_types(HmpRun *r, const char *path)
 {
     JsonObject *args = args_new();
     JsonNode *res;
@@ -723,7 +697,7 @@ static void qtree_pci_info(HmpRun *r, int indent, JsonObject *d)
 static void qtree_blk_pci(HmpRun *r, int indent, const char *id, JsonObject *pci)
 {
     g_autofree char *path = g_strdup_printf("/machine/peripheral/%s", id);
-    GHashTable *types = qtree_prop_types(r, path);
+    GHashTable *types = qom_prop_types(r, path);
 
     hmp_printf(r, "%*sdev: virtio-blk-pci, id \"%s\"\n", indent, "", id);
     if (!types) {
@@ -813,7 +787,7 @@ static bool info_qtree(HmpRun *r, HmpArgs *a)
             }
         }
     } else {
-        GHashTable *ids = qtree_prop_types(r, "/machine/peripheral");
+        GHashTable *ids = qom_prop_types(r, "/machine/peripheral");
         GList *keys = ids ? g_hash_table_get_keys(ids) : NULL;
 
         keys = g_list_sort(keys, (GCompareFunc)strcmp);
@@ -833,36 +807,15 @@ static bool info_qtree(HmpRun *r, HmpArgs *a)
     return false;
 }
 
-static bool hmp_stop(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "stop", NULL);
-}
-
-static bool hmp_cont(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "cont", NULL);
-}
-
 static bool hmp_quit(HmpRun *r, HmpArgs *a)
 {
     r->quit = true;
-    return cmd_simple(r, "quit", NULL);
-}
-
-static bool hmp_system_reset(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "system_reset", NULL);
-}
-
-static bool hmp_system_powerdown(HmpRun *r, HmpArgs *a)
-{
-    return cmd_simple(r, "system_powerdown", NULL);
+    return hmp_qmp_tail(r, "quit", NULL, NULL);
 }
 
 static bool hmp_qom_list(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args;
-    bool deferred;
 
     if (!a->v->pdata[0]) {
         hmp_printf(r, "/\n"); /* QEMU's answer without a path */
@@ -870,44 +823,26 @@ static bool hmp_qom_list(HmpRun *r, HmpArgs *a)
     }
     args = args_new();
     json_object_set_string_member(args, "path", a->v->pdata[0]);
-    deferred = hmp_qmp_tail(r, "qom-list", args, fmt_qom_list);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-list", args, fmt_qom_list);
 }
 
 static bool hmp_qom_get(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "path", a->v->pdata[0]);
     json_object_set_string_member(args, "property", a->v->pdata[1]);
-    deferred = hmp_qmp_tail(r, "qom-get", args, fmt_json);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-get", args, fmt_json);
 }
 
 /* The QOM type of @prop at @path, from qom-list; NULL if unknown. */
 static char *qom_prop_type(HmpRun *r, const char *path, const char *prop)
 {
-    JsonObject *args = args_new();
-    JsonNode *res;
-    JsonArray *arr;
-    char *type = NULL;
+    GHashTable *types = qom_prop_types(r, path);
+    char *type = types ? g_strdup(g_hash_table_lookup(types, prop)) : NULL;
 
-    json_object_set_string_member(args, "path", path);
-    res = hmp_qmp(r, "qom-list", args, NULL);
-    json_object_unref(args);
-    arr = as_array(res);
-    for (guint i = 0; arr && i < json_array_get_length(arr) && !type; i++) {
-        JsonObject *p = array_obj(arr, i);
-
-        if (!strcmp(str_member(p, "name", ""), prop)) {
-            type = g_strdup(str_member(p, "type", ""));
-        }
-    }
-    if (res) {
-        json_node_unref(res);
+    if (types) {
+        g_hash_table_unref(types);
     }
     return type;
 }
@@ -957,7 +892,6 @@ static bool hmp_qom_set(HmpRun *r, HmpArgs *a)
     JsonObject *args;
     JsonNode *value;
     GError *err = NULL;
-    bool deferred;
 
     if (a->flag_j) {
         value = qmp_json_parse(text, strlen(text), &err);
@@ -975,36 +909,28 @@ static bool hmp_qom_set(HmpRun *r, HmpArgs *a)
     json_object_set_string_member(args, "path", path);
     json_object_set_string_member(args, "property", prop);
     json_object_set_member(args, "value", value);
-    deferred = hmp_qmp_tail(r, "qom-set", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "qom-set", args, NULL);
 }
 
 static bool hmp_block_resize(HmpRun *r, HmpArgs *a)
 {
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "device", a->v->pdata[0]);
     json_object_set_int_member(args, "size", a->num[1]);
-    deferred = hmp_qmp_tail(r, "block_resize", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "block_resize", args, NULL);
 }
 
 static bool hmp_block_set_io_throttle(HmpRun *r, HmpArgs *a)
 {
     static const char *const keys[] = {"bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr"};
     JsonObject *args = args_new();
-    bool deferred;
 
     json_object_set_string_member(args, "device", a->v->pdata[0]);
     for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
         json_object_set_int_member(args, keys[i], a->num[i + 1]);
     }
-    deferred = hmp_qmp_tail(r, "block_set_io_throttle", args, NULL);
-    json_object_unref(args);
-    return deferred;
+    return hmp_qmp_tail(r, "block_set_io_throttle", args, NULL);
 }
 
 static bool hmp_help_cmd(HmpRun *r, HmpArgs *a)
@@ -1021,36 +947,37 @@ static bool hmp_info(HmpRun *r, HmpArgs *a)
 
 /* Help texts are vblk's own words; the layout ("name params -- text") is QEMU's. */
 static const HmpCmd hmp_cmds[] = {
-    {"help|?", "S?", "[cmd]", "show the help", hmp_help_cmd},
-    {"info", "", "[subcommand]", "show various information about the system state", hmp_info},
-    {"stop|s", "", "", "stop the virtual CPUs", hmp_stop},
-    {"cont|c", "", "", "resume the virtual CPUs", hmp_cont},
-    {"quit|q", "", "", "end vblk", hmp_quit},
-    {"system_reset", "", "", "reset the machine", hmp_system_reset},
-    {"system_powerdown", "", "", "press the ACPI power button", hmp_system_powerdown},
-    {"qom-list", "s?", "path", "list the properties of a QOM object", hmp_qom_list},
-    {"qom-get", "ss", "path property", "print a QOM property", hmp_qom_get},
+    {"help|?", "S?", "[cmd]", "show the help", hmp_help_cmd, NULL, NULL},
+    {"info", "", "[subcommand]", "show various information about the system state", hmp_info, NULL,
+     NULL},
+    {"stop|s", "", "", "stop the virtual CPUs", NULL, "stop", NULL},
+    {"cont|c", "", "", "resume the virtual CPUs", NULL, "cont", NULL},
+    {"quit|q", "", "", "end vblk", hmp_quit, NULL, NULL},
+    {"system_reset", "", "", "reset the machine", NULL, "system_reset", NULL},
+    {"system_powerdown", "", "", "press the ACPI power button", NULL, "system_powerdown", NULL},
+    {"qom-list", "s?", "path", "list the properties of a QOM object", hmp_qom_list, NULL, NULL},
+    {"qom-get", "ss", "path property", "print a QOM property", hmp_qom_get, NULL, NULL},
     {"qom-set", "-jssS", "[-j] path property value", "set a QOM property (-j: the value is JSON)",
-     hmp_qom_set},
-    {"block_resize", "Bo", "device size", "resize a drive", hmp_block_resize},
+     hmp_qom_set, NULL, NULL},
+    {"block_resize", "Bo", "device size", "resize a drive", hmp_block_resize, NULL, NULL},
     {"block_set_io_throttle", "Bllllll", "device bps bps_rd bps_wr iops iops_rd iops_wr",
-     "set a drive's I/O limits", hmp_block_set_io_throttle},
-    {NULL, NULL, NULL, NULL, NULL},
+     "set a drive's I/O limits", hmp_block_set_io_throttle, NULL, NULL},
+    {0},
 };
 
 static const HmpCmd hmp_info_cmds[] = {
-    {"block", "-n-vB?", "[-n] [-v] [device]", "show the drives", info_block},
-    {"blockstats", "", "", "show the drives' statistics", info_blockstats},
-    {"cpus", "", "", "show the virtual CPUs", info_cpus},
-    {"iothreads", "", "", "show the I/O threads", info_iothreads},
-    {"pci", "", "", "show the PCI devices", info_pci},
-    {"qtree", "", "", "show the device tree", info_qtree},
-    {"status", "", "", "show the run state", info_status},
-    {"version", "", "", "show the version", info_version},
+    {"block", "-n-vB?", "[-n] [-v] [device]", "show the drives", info_block, NULL, NULL},
+    {"blockstats", "", "", "show the drives' statistics", NULL, "query-blockstats", fmt_blockstats},
+    {"cpus", "", "", "show the virtual CPUs", NULL, "query-cpus-fast", fmt_cpus},
+    {"iothreads", "", "", "show the I/O threads", NULL, "query-iothreads", fmt_iothreads},
+    {"pci", "", "", "show the PCI devices", NULL, "query-pci", fmt_pci},
+    {"qtree", "", "", "show the device tree", info_qtree, NULL, NULL},
+    {"status", "", "", "show the run state", NULL, "query-status", fmt_status},
+    {"version", "", "", "show the version", NULL, "query-version", fmt_version},
     {"virtio-blk-dataplane", "", "",
-     "show the virtio-blk devices' paths, per-queue counters and stage cycles (vblk)",
-     info_dataplane},
-    {NULL, NULL, NULL, NULL, NULL},
+     "show the virtio-blk devices' paths, per-queue counters and stage cycles (vblk)", NULL,
+     "x-query-virtio-blk-dataplane", fmt_dataplane},
+    {0},
 };
 
 static bool name_matches(const char *names, const char *word)
@@ -1379,7 +1306,7 @@ static bool hmp_run_parsed(HmpRun *r, const char *line)
         hmp_printf(r, "Try \"help %s\" for more information\n", tryname);
         goto out;
     }
-    deferred = c->fn(r, &a);
+    deferred = c->fn ? c->fn(r, &a) : cmd_simple(r, c);
 out:
     g_ptr_array_free(a.v, TRUE);
     return deferred;

@@ -28,6 +28,16 @@ bool nbd_server_available(NbdServerKind kind)
     return p != NULL;
 }
 
+bool nbd_server_need(NbdServerKind kind)
+{
+    if (!nbd_server_available(kind)) {
+        g_test_skip(kind == NBD_SRV_NBDKIT ? "nbdkit is not installed"
+                                           : "qemu-nbd is not installed");
+        return false;
+    }
+    return true;
+}
+
 /* A free TCP port on 127.0.0.1 (bound and released: good enough for a test). */
 static int free_port(void)
 {

@@ -28,6 +28,8 @@ typedef struct NbdServer {
 
 /* Whether the server program is installed (else the test skips, saying so). */
 bool nbd_server_available(NbdServerKind kind);
+/* The same, for a test: false after g_test_skip() saying which program is missing. */
+bool nbd_server_need(NbdServerKind kind);
 /* Start a server of @size bytes; asserts it comes up. Export name "exp". */
 void nbd_server_start(NbdServer *s, NbdServerKind kind, bool tcp, uint64_t size);
 /* SIGKILL and reap; the address and the image stay. */

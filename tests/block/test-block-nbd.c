@@ -20,16 +20,6 @@ typedef struct Case {
     bool blockdev;
 } Case;
 
-static bool need(NbdServerKind kind)
-{
-    if (!nbd_server_available(kind)) {
-        g_test_skip(kind == NBD_SRV_NBDKIT ? "nbdkit is not installed"
-                                           : "qemu-nbd is not installed");
-        return false;
-    }
-    return true;
-}
-
 static void fill(uint8_t *buf, size_t len, uint8_t seed)
 {
     for (size_t i = 0; i < len; i++) {
@@ -61,7 +51,7 @@ static void test_rw(gconstpointer data)
     g_autofree char *want_fn = NULL;
     BtDone d = {0};
 
-    if (!need(c->kind)) {
+    if (!nbd_server_need(c->kind)) {
         return;
     }
     nbd_server_start(&srv, c->kind, c->tcp, SIZE);
@@ -212,7 +202,7 @@ static void test_kill_report(void)
     uint8_t w[4096], r[4096];
     int ret = -1;
 
-    if (!need(NBD_SRV_QEMU_NBD)) {
+    if (!nbd_server_need(NBD_SRV_QEMU_NBD)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, false, SIZE);
@@ -248,7 +238,7 @@ static void test_kill_stop(void)
     struct iovec iov = {w, sizeof(w)};
     BtDone d = {0};
 
-    if (!need(NBD_SRV_QEMU_NBD)) {
+    if (!nbd_server_need(NBD_SRV_QEMU_NBD)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, true, SIZE);
@@ -295,7 +285,7 @@ static void test_reconnect(gconstpointer data)
     BtDone d[8] = {{0}};
     HookLog h = {0};
 
-    if (!need(NBD_SRV_QEMU_NBD)) {
+    if (!nbd_server_need(NBD_SRV_QEMU_NBD)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, c->tcp, SIZE);
@@ -337,7 +327,7 @@ static void test_reconnect_gives_up(void)
     uint8_t w[4096] = {1};
     int64_t t0;
 
-    if (!need(NBD_SRV_NBDKIT)) {
+    if (!nbd_server_need(NBD_SRV_NBDKIT)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_NBDKIT, false, SIZE);
@@ -357,7 +347,7 @@ static void test_wrong_size(void)
     BlockBackend *blk;
     uint8_t buf[1024] = {7};
 
-    if (!need(NBD_SRV_NBDKIT)) {
+    if (!nbd_server_need(NBD_SRV_NBDKIT)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_NBDKIT, false, 1000);
@@ -410,7 +400,7 @@ static void test_throttle(void)
     struct iovec iov = {buf, sizeof(buf)};
     int64_t t0;
 
-    if (!need(NBD_SRV_NBDKIT)) {
+    if (!nbd_server_need(NBD_SRV_NBDKIT)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_NBDKIT, true, SIZE);

@@ -71,8 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "devices/dp-switch.h"
-#include "testdrv.h"
+#include "devfix.h"
 
 #define BLK_SIZE    4096
 #define BLK_SECTORS (BLK_SIZE / 512)
@@ -415,119 +414,53 @@ static void switch_due(void *opaque)
 
 static G_GNUC_NORETURN void child_main(const Combo *c, const char *path, uint64_t seed)
 {
-    TestDrvOpts dopts = {.ram_size = 16 << 20};
-    g_autofree char *optstr = NULL;
+    g_autofree char *drive = NULL;
     GError *err = NULL;
-    VirtIOBlkConf conf;
-    BlockHostInfo hi;
-    TestDrv *d;
-    TestVq *tvq[NQ];
-    VirtQueue *vq[NQ];
-    VirtIOBlkQueue *q[NQ];
-    DataPlaneQueue dq[NQ];
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    GHashTable *opts;
-    DpSwitch *sw;
+    DevFix f;
     EventTimer *timer;
     Guest g[NQ];
-    uint64_t features;
     bool due = false;
-    int fd;
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     alarm(120); /* never outlive a parent that lost track of us */
-    optstr = g_strdup_printf("file=%s,cache=%s,aio=%s", path, c->cache, c->aio);
-    main_loop = event_loop_new(&err);
-    if (!main_loop) {
-        child_fail("event loop: %s", err->message);
-    }
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_hash_table_unref(opts);
-    if (!backend) {
-        child_fail("%s: %s", optstr, err->message);
-    }
-    /* The dataplane's own fd, opened as virtio-blk-pci does (blk_open_host). */
-    blk_get_host_info(backend, &hi);
-    fd = open(hi.filename, O_RDWR | O_CLOEXEC | (hi.direct ? O_DIRECT : 0));
-    if (fd < 0) {
-        child_fail("open %s: %s", hi.filename, g_strerror(errno));
-    }
-    d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, NBLK * BLK_SECTORS);
-    conf.num_queues = NQ;
-    conf.queue_size = QSIZE;
-    conf.writeback = blk_enable_write_cache(backend);
-    blk = virtio_blk_new(&conf, &err);
-    if (!blk) {
-        child_fail("virtio_blk_new: %s", err->message);
-    }
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    if (!virtio_blk_set_features(blk, features, &err)) {
-        child_fail("features: %s", err->message);
-    }
-    iothread = iothread_new("kill-io", &err);
-    if (!iothread) {
-        child_fail("iothread: %s", err->message);
+    drive = g_strdup_printf("file=%%s,cache=%s,aio=%s", c->cache, c->aio);
+    /* The dataplane's own fd is opened as virtio-blk-pci does (blk_open_host). */
+    if (!devfix_init(&f,
+                     &(DevFixConf){.drive = drive,
+                                   .image = path,
+                                   .bytes = (uint64_t)NBLK * BLK_SECTORS * 512,
+                                   .ram_size = 16 << 20,
+                                   .num_queues = NQ,
+                                   .queue_size = QSIZE,
+                                   .iothread = "kill-io",
+                                   .id = "kill0",
+                                   .ioq = {.engine = c->fault == FAULT_NULL_ENGINE ? "null" : NULL,
+                                           .logical_block_size = 512,
+                                           .bounce_pool_size = 8 << 20}},
+                     &err) ||
+        !devfix_start(&f, c->path != PATH_BLOCK, &err)) {
+        child_fail("%s: %s", path, err->message);
     }
     for (unsigned i = 0; i < NQ; i++) {
-        tvq[i] = testvq_new(d, QSIZE, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        if (!vq[i]) {
-            child_fail("virtqueue: %s", err->message);
-        }
-        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
-        if (!q[i]) {
-            child_fail("queue: %s", err->message);
-        }
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
-    }
-    sw = dp_switch_new(
-        &(DpSwitchConf){.id = "kill0",
-                        .blk = blk,
-                        .main_loop = main_loop,
-                        .backend = backend,
-                        .iothread = iothread,
-                        .num_queues = NQ,
-                        .queue_size = QSIZE,
-                        .no_flush = hi.no_flush,
-                        .ioq = {.engine = c->fault == FAULT_NULL_ENGINE ? "null"
-                                          : !strcmp(hi.aio, "native")   ? "native"
-                                                                        : "io_uring",
-                                .fd = fd,
-                                .direct = hi.direct,
-                                .logical_block_size = 512,
-                                .bounce_pool_size = 8 << 20}},
-        &err);
-    if (!sw || !dp_switch_start(sw, c->path != PATH_BLOCK, dq, NQ, &err)) {
-        child_fail("device: %s", err->message);
-    }
-    for (unsigned i = 0; i < NQ; i++) {
-        g[i] = (Guest){.d = d,
-                       .tvq = tvq[i],
+        g[i] = (Guest){.d = f.d,
+                       .tvq = f.tvq[i],
                        .base = i * BLKS_PER_Q,
-                       .writethrough = !virtio_blk_get_writeback(blk),
+                       .writethrough = !virtio_blk_get_writeback(f.blk),
                        .verify_reads = c->fault != FAULT_NULL_ENGINE,
                        .split = c->fault == FAULT_SPLIT,
                        .seed = seed};
         g_thread_new("guest", guest_thread, &g[i]);
     }
-    timer = event_timer_new(main_loop, switch_due, &due);
+    timer = event_timer_new(f.main_loop, switch_due, &due);
     if (c->path == PATH_SWITCH) {
         event_timer_mod(timer, event_clock_ns() + SWITCH_NS);
     }
     for (;;) {
-        event_loop_run_once(main_loop, true);
+        event_loop_run_once(f.main_loop, true);
         if (due) {
             due = false;
             __atomic_store_n(&sh->in_switch, 1, __ATOMIC_RELAXED);
-            if (!dp_switch_set_dataplane(sw, !dp_switch_is_dataplane(sw), &err)) {
+            if (!dp_switch_set_dataplane(f.sw, !dp_switch_is_dataplane(f.sw), &err)) {
                 child_fail("switch: %s", err->message);
             }
             __atomic_store_n(&sh->in_switch, 0, __ATOMIC_RELAXED);

@@ -25,16 +25,13 @@
  */
 #include <dirent.h>
 #include <endian.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <linux/virtio_blk.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "dataplane/dataplane.h"
-#include "devices/dp-switch.h"
-#include "testdrv.h"
+#include "devfix.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -57,11 +54,10 @@ typedef struct Case {
 } Case;
 
 typedef struct Guest {
+    DevFix *fix;
     TestDrv *d;
     TestVq *tvq;
     unsigned qidx;
-    bool stop; /* main -> guest */
-    bool done; /* guest -> main */
     uint64_t completed, errors;
     unsigned max_inflight;
 } Guest;
@@ -117,11 +113,11 @@ static gpointer guest_thread(gpointer opaque)
         idle[i] = true;
         slot_of_head[i] = -1;
     }
-    while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE) || inflight) {
+    while (!devfix_guests_stopping(g->fix) || inflight) {
         uint16_t head;
         uint32_t len;
 
-        for (unsigned i = 0; i < QSIZE && !__atomic_load_n(&g->stop, __ATOMIC_RELAXED); i++) {
+        for (unsigned i = 0; i < QSIZE && !devfix_guests_stopping(g->fix); i++) {
             uint32_t type;
             struct virtio_blk_outhdr h;
             uint8_t ff = 0xff;
@@ -180,7 +176,7 @@ static gpointer guest_thread(gpointer opaque)
             testvq_wait_used(g->tvq, 20);
         }
     }
-    __atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+    devfix_guest_done(g->fix);
     return NULL;
 }
 
@@ -212,127 +208,60 @@ static gpointer sampler_thread(gpointer opaque)
 static void test_flood(gconstpointer data)
 {
     const Case *c = data;
-    char *path = g_build_filename("/var/tmp", "vblk-bounds-XXXXXX", NULL);
-    int tfd = g_mkstemp(path), fd;
-    TestDrvOpts dopts = {.ram_size = 64 << 20};
     unsigned fds0, threads0, fds1, threads1, bound;
-    g_autofree char *optstr = NULL;
-    GError *err = NULL;
-    VirtIOBlkConf conf;
-    BlockHostInfo hi;
-    TestDrv *d;
-    TestVq *tvq[NQ];
-    VirtQueue *vq[NQ];
-    VirtIOBlkQueue *q[NQ];
-    DataPlaneQueue dq[NQ];
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    GHashTable *opts;
-    DpSwitch *sw;
+    g_autofree char *drive = NULL;
+    DevFix f;
     Guest g[NQ];
-    GThread *th[NQ], *sth;
+    GThread *sth;
     Sampler smp = {0};
-    uint64_t features, total = 0;
+    uint64_t total = 0;
     unsigned max_blk_inflight = 0;
     gint64 end;
 
-    g_assert_cmpint(tfd, >=, 0);
-    g_assert_cmpint(ftruncate(tfd, IMAGE_BYTES), ==, 0);
-    close(tfd);
     fds0 = count_fds();
     threads0 = (unsigned)status_field("Threads:");
-
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    optstr = g_strdup_printf("file=%s,cache=%s,aio=%s", path, c->cache, c->aio);
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
-    blk_get_host_info(backend, &hi);
-    fd = open(hi.filename, O_RDWR | O_CLOEXEC | (hi.direct ? O_DIRECT : 0));
-    g_assert_cmpint(fd, >=, 0);
-    d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, IMAGE_BYTES / 512);
-    conf.num_queues = NQ;
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-    iothread = iothread_new("bounds-io", &err);
-    g_assert_no_error(err);
-    for (unsigned i = 0; i < NQ; i++) {
-        tvq[i] = testvq_new(d, QSIZE, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        g_assert_no_error(err);
-        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
-    }
-    sw = dp_switch_new(
-        &(DpSwitchConf){.blk = blk,
-                        .main_loop = main_loop,
-                        .backend = backend,
-                        .iothread = iothread,
-                        .num_queues = NQ,
-                        .queue_size = QSIZE,
-                        .ioq = {.engine = !strcmp(hi.aio, "native") ? "native" : "io_uring",
-                                .fd = fd,
-                                .direct = hi.direct,
-                                .logical_block_size = 512,
-                                .bounce_pool_size = 8 << 20}},
-        &err);
-    g_assert_no_error(err);
-    g_assert_true(dp_switch_start(sw, c->dataplane, dq, NQ, &err));
+    drive = g_strdup_printf("file=%%s,cache=%s,aio=%s", c->cache, c->aio);
+    devfix_init(&f,
+                &(DevFixConf){.drive = drive,
+                              .dir = "/var/tmp",
+                              .bytes = IMAGE_BYTES,
+                              .ram_size = 64 << 20,
+                              .num_queues = NQ,
+                              .queue_size = QSIZE,
+                              .iothread = "bounds-io",
+                              .ioq = {.logical_block_size = 512, .bounce_pool_size = 8 << 20}},
+                NULL);
+    devfix_start(&f, c->dataplane, NULL);
     /* Everything the device opens at start is open now. */
     fds1 = count_fds();
     threads1 = (unsigned)status_field("Threads:");
 
     /* Guest RAM is resident from the start, so RSS measures the device alone. */
-    testdrv_memset(d, testdrv_region_gpa(d, 0), 0, testdrv_region_size(d, 0));
-    smp = (Sampler){.sw = sw, .start = g_get_monotonic_time()};
+    testdrv_memset(f.d, testdrv_region_gpa(f.d, 0), 0, testdrv_region_size(f.d, 0));
+    smp = (Sampler){.sw = f.sw, .start = g_get_monotonic_time()};
     sth = g_thread_new("sampler", sampler_thread, &smp);
     for (unsigned i = 0; i < NQ; i++) {
-        g[i] = (Guest){.d = d, .tvq = tvq[i], .qidx = i};
-        th[i] = g_thread_new("guest", guest_thread, &g[i]);
+        g[i] = (Guest){.fix = &f, .d = f.d, .tvq = f.tvq[i], .qidx = i};
+        devfix_guest_start(&f, guest_thread, &g[i]);
     }
     end = g_get_monotonic_time() + FLOOD_US;
     while (g_get_monotonic_time() < end) {
-        event_loop_run_once(main_loop, false);
-        max_blk_inflight = MAX(max_blk_inflight, blk_in_flight(backend));
+        event_loop_run_once(f.main_loop, false);
+        max_blk_inflight = MAX(max_blk_inflight, blk_in_flight(f.backend));
         if (!c->dataplane) {
             g_usleep(20);
         } else {
             g_usleep(10000);
         }
     }
-    for (unsigned i = 0; i < NQ; i++) {
-        __atomic_store_n(&g[i].stop, true, __ATOMIC_RELEASE);
-    }
-    for (bool all = false; !all;) { /* the block layer needs the loop to drain */
-        all = true;
-        for (unsigned i = 0; i < NQ; i++) {
-            all &= __atomic_load_n(&g[i].done, __ATOMIC_ACQUIRE);
-        }
-        event_loop_run_once(main_loop, false);
-        g_usleep(100);
-    }
-    for (unsigned i = 0; i < NQ; i++) {
-        g_thread_join(th[i]);
-    }
+    devfix_stop_guests(&f);
     __atomic_store_n(&smp.stop, true, __ATOMIC_RELEASE);
     g_thread_join(sth);
     for (unsigned i = 0; i < NQ; i++) {
         g_assert_cmpuint(g[i].errors, ==, 0);
         total += g[i].completed;
     }
-    dp_switch_stop(sw);
+    dp_switch_stop(f.sw);
 
     /* Block-layer pool, IOQ helper, io_uring workers (4 per CPU, per submitting thread). */
     bound = threads1 + NQ + 1 /* guests + sampler */ + POOL_WORKERS + 1 +
@@ -364,20 +293,7 @@ static void test_flood(gconstpointer data)
     g_assert_cmpuint(smp.rss_last, <=, smp.rss_first + (32 << 10));
 #endif
 
-    dp_switch_free(sw);
-    blk_unref(backend);
-    iothread_free(iothread);
-    event_loop_free(main_loop);
-    for (unsigned i = 0; i < NQ; i++) {
-        virtio_blk_queue_free(q[i]);
-        virtqueue_free(vq[i]);
-        testvq_free(tvq[i]);
-    }
-    virtio_blk_free(blk);
-    testdrv_free(d);
-    close(fd);
-    unlink(path);
-    g_free(path);
+    devfix_fini(&f);
     /*
      * Everything given back: fds at once, threads once the kernel's workers
      * exit. io_uring's workers go with the ring's teardown, which the kernel

@@ -18,8 +18,7 @@
 #include <endian.h>
 #include <linux/virtio_blk.h>
 
-#include "testdrv.h"
-#include "devices/dp-switch.h"
+#include "devfix.h"
 #include "util/debug-state.h"
 #include "virtio-blk-pci-int.h"
 
@@ -30,11 +29,10 @@
 #define TIMEOUT (120 * G_USEC_PER_SEC)
 
 typedef struct Guest {
+    DevFix *fix;
     TestDrv *d;
     TestVq *tvq;
     unsigned qidx;
-    bool stop; /* main -> guest */
-    bool done; /* guest -> main */
     uint64_t completed;
     uint64_t flushes;
     uint32_t *last_seq; /* per sector of the region: seq of the last completed write */
@@ -66,11 +64,11 @@ static gpointer guest_thread(gpointer opaque)
     for (unsigned i = 0; i < QSIZE; i++) {
         slot_of_head[i] = -1;
     }
-    while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE) || inflight) {
+    while (!devfix_guests_stopping(g->fix) || inflight) {
         uint16_t head;
         uint32_t len;
 
-        while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE) && nfree && seq < (1u << 20) - 1) {
+        while (!devfix_guests_stopping(g->fix) && nfree && seq < (1u << 20) - 1) {
             unsigned k = free_slots[--nfree];
             Slot *s = &slots[k];
             bool flush = seq % 16 == 15;
@@ -142,7 +140,7 @@ static gpointer guest_thread(gpointer opaque)
         g_assert_cmpint(g_get_monotonic_time(), <, deadline); /* nothing lost */
     }
     g_free(done_seq);
-    __atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+    devfix_guest_done(g->fix);
     return NULL;
 }
 
@@ -163,93 +161,60 @@ static gpointer dump_thread(gpointer opaque)
     return GUINT_TO_POINTER(n);
 }
 
+/* Whether @dir takes O_DIRECT (tmpfs does not). */
+static bool have_o_direct(const char *dir)
+{
+    g_autofree char *path = g_build_filename(dir, "vblk-switch-XXXXXX", NULL);
+    int fd = g_mkstemp(path), dfd;
+
+    g_assert_cmpint(fd, >=, 0);
+    close(fd);
+    dfd = open(path, O_RDWR | O_DIRECT);
+    if (dfd >= 0) {
+        close(dfd);
+    }
+    unlink(path);
+    return dfd >= 0;
+}
+
 static void test_switch_stress(gconstpointer data)
 {
     const char *engine = data;
-    char *path = g_build_filename("/var/tmp", "vblk-switch-XXXXXX", NULL);
-    int fd = g_mkstemp(path), dfd;
-    TestDrvOpts dopts = {.ram_size = 32 << 20};
-    TestDrv *d;
-    VirtIOBlkConf conf;
-    VirtIOBlk *blk;
+    g_autofree char *drive = NULL;
+    DevFix f;
     GError *err = NULL;
-    uint64_t features;
-    TestVq *tvq[NQ];
-    VirtQueue *vq[NQ];
-    VirtIOBlkQueue *q[NQ];
-    DataPlaneQueue dq[NQ];
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    GHashTable *opts;
     DpSwitch *sw;
     DpSwitchStats st;
     Guest g[NQ];
-    GThread *th[NQ];
     unsigned switches = 0, target = 10000;
-    char *optstr;
-    VirtIOBlkPCI *dev = g_new0(VirtIOBlkPCI, 1);
+    VirtIOBlkPCI *dev;
     bool dump_stop = false;
     GThread *dumper;
     char *text, *line;
     uint64_t popped[NQ];
 
-    g_assert_cmpint(fd, >=, 0);
-    g_assert_cmpint(ftruncate(fd, (off_t)NQ * REGION * 512), ==, 0);
-    close(fd);
-    dfd = open(path, O_RDWR | O_DIRECT);
-    if (dfd < 0) {
+    if (!have_o_direct("/var/tmp")) {
         g_test_skip("no O_DIRECT on /var/tmp");
-        unlink(path);
-        g_free(path);
         return;
     }
-    d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, NQ * REGION);
-    conf.num_queues = NQ;
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    iothread = iothread_new("switch-io", &err);
-    g_assert_no_error(err);
-    optstr = g_strdup_printf("file=%s,cache=none,aio=%s", path,
-                             strcmp(engine, "native") ? "io_uring" : "native");
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
-    g_free(optstr);
-
-    for (unsigned i = 0; i < NQ; i++) {
-        tvq[i] = testvq_new(d, QSIZE, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        g_assert_no_error(err);
-        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
-    }
-    sw = dp_switch_new(
-        &(DpSwitchConf){
-            .blk = blk,
-            .main_loop = main_loop,
-            .backend = backend,
-            .iothread = iothread,
-            .ioq = {.engine = engine, .fd = dfd, .direct = true, .logical_block_size = 512},
-            .num_queues = NQ,
-            .queue_size = QSIZE},
-        &err);
-    g_assert_no_error(err);
-    g_assert_true(dp_switch_start(sw, true, dq, NQ, &err));
+    drive = g_strdup_printf("file=%%s,cache=none,aio=%s",
+                            strcmp(engine, "native") ? "io_uring" : "native");
+    devfix_init(&f,
+                &(DevFixConf){.drive = drive,
+                              .dir = "/var/tmp",
+                              .bytes = (uint64_t)NQ * REGION * 512,
+                              .ram_size = 32 << 20,
+                              .num_queues = NQ,
+                              .queue_size = QSIZE,
+                              .iothread = "switch-io",
+                              .ioq = {.engine = engine, .logical_block_size = 512}},
+                NULL);
+    g_assert_true(f.swconf.ioq.direct);
+    sw = f.sw;
+    devfix_start(&f, true, NULL);
 
     /* The device model's dump, as virtio-blk-pci registers it, taken all along from a thread. */
+    dev = g_new0(VirtIOBlkPCI, 1);
     dev->id = "disk-t";
     pthread_mutex_init(&dev->debug_lock, NULL);
     dev->debug_sw = sw;
@@ -258,34 +223,22 @@ static void test_switch_stress(gconstpointer data)
     dumper = g_thread_new("dump", dump_thread, &dump_stop);
 
     for (unsigned i = 0; i < NQ; i++) {
-        g[i] = (Guest){.d = d, .tvq = tvq[i], .qidx = i, .last_seq = g_new(uint32_t, REGION)};
+        g[i] = (Guest){
+            .fix = &f, .d = f.d, .tvq = f.tvq[i], .qidx = i, .last_seq = g_new(uint32_t, REGION)};
         memset(g[i].last_seq, 0xff, REGION * sizeof(uint32_t));
-        th[i] = g_thread_new("guest", guest_thread, &g[i]);
+        devfix_guest_start(&f, guest_thread, &g[i]);
     }
     while (switches < target) {
         /* The main loop serves the block-layer path between switches. */
         for (int k = 0; k < 3; k++) {
-            event_loop_run_once(main_loop, false);
+            event_loop_run_once(f.main_loop, false);
         }
         g_assert_true(dp_switch_set_dataplane(sw, !dp_switch_is_dataplane(sw), &err));
         g_assert_true(
             dp_switch_set_dataplane(sw, dp_switch_is_dataplane(sw), &err)); /* idempotent */
         switches++;
     }
-    for (unsigned i = 0; i < NQ; i++) {
-        __atomic_store_n(&g[i].stop, true, __ATOMIC_RELEASE);
-    }
-    for (bool all = false; !all;) {
-        all = true;
-        for (unsigned i = 0; i < NQ; i++) {
-            all &= __atomic_load_n(&g[i].done, __ATOMIC_ACQUIRE);
-        }
-        event_loop_run_once(main_loop, false);
-        g_usleep(100);
-    }
-    for (unsigned i = 0; i < NQ; i++) {
-        g_thread_join(th[i]);
-    }
+    devfix_stop_guests(&f);
     dp_switch_get_stats(sw, &st);
     g_assert_cmpuint(st.switches, ==, target);
     g_test_message("%s: %u switches; %" PRIu64 " + %" PRIu64 " requests (%" PRIu64 " + %" PRIu64
@@ -322,6 +275,7 @@ static void test_switch_stress(gconstpointer data)
     pthread_mutex_destroy(&dev->debug_lock);
     g_free(dev);
     dp_switch_free(sw);
+    f.sw = NULL;
 
     /* The file holds the last completed write of every sector. */
     for (unsigned i = 0; i < NQ; i++) {
@@ -333,7 +287,7 @@ static void test_switch_stress(gconstpointer data)
             if (g[i].last_seq[s] == UINT32_MAX) {
                 continue;
             }
-            g_assert_cmpint(pread(dfd, b, 512, (off_t)((uint64_t)i * REGION + s) * 512), ==, 512);
+            g_assert_cmpint(pread(f.fd, b, 512, (off_t)((uint64_t)i * REGION + s) * 512), ==, 512);
             memcpy(&seq, b, 4);
             memcpy(&qi, b + 4, 4);
             g_assert_cmpuint(qi, ==, i);
@@ -341,19 +295,7 @@ static void test_switch_stress(gconstpointer data)
         }
         g_free(g[i].last_seq);
     }
-    blk_unref(backend);
-    iothread_free(iothread);
-    event_loop_free(main_loop);
-    for (unsigned i = 0; i < NQ; i++) {
-        virtio_blk_queue_free(q[i]);
-        virtqueue_free(vq[i]);
-        testvq_free(tvq[i]);
-    }
-    virtio_blk_free(blk);
-    testdrv_free(d);
-    close(dfd);
-    unlink(path);
-    g_free(path);
+    devfix_fini(&f);
 }
 
 /* One 512-byte write of @fill at @sector, published and kicked. */
@@ -383,135 +325,80 @@ static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector,
  */
 static void test_switch_parked(void)
 {
-    char *path = g_build_filename("/var/tmp", "vblk-switch-parked-XXXXXX", NULL);
-    int fd = g_mkstemp(path), dfd;
-    TestDrvOpts dopts = {.ram_size = 16 << 20};
-    TestDrv *d;
-    TestVq *tvq;
-    VirtQueue *vq;
-    VirtIOBlkQueue *q;
-    VirtIOBlkConf conf;
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    GHashTable *opts;
-    DpSwitch *sw;
-    DataPlaneQueue dq;
+    DevFix f;
     GError *err = NULL;
-    uint64_t features, buf;
+    uint64_t buf;
     BlkdebugRule rule = {.op = BLOCK_OP_WRITE, .nth = 1, .error = EIO, .once = true};
     uint16_t head;
     uint32_t len;
     uint8_t got[512];
-    char *optstr;
     int hd;
 
     alarm(60); /* a regression hangs in the switch: fail instead */
-    g_assert_cmpint(fd, >=, 0);
-    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
-    close(fd);
-    dfd = open(path, O_RDWR);
-    g_assert_cmpint(dfd, >=, 0);
-    d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, (1 << 20) / 512);
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    iothread = iothread_new("parked-io", &err);
-    g_assert_no_error(err);
-    optstr = g_strdup_printf("driver=raw,node-name=top,file.driver=blkdebug,file.node-name=dbg,"
-                             "file.image.driver=file,file.image.filename=%s",
-                             path);
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_blockdev_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
-    g_free(optstr);
-    blk_set_error_policy(backend, BLOCK_ERR_REPORT, BLOCK_ERR_STOP);
-    g_assert_true(blkdebug_add_rule(blk_find_node(backend, "dbg"), &rule, &err));
-
-    tvq = testvq_new(d, QSIZE, features);
-    vq = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq), testvq_avail_gpa(tvq),
-                       testvq_used_gpa(tvq), features, &err);
-    g_assert_no_error(err);
-    q = virtio_blk_queue_new(blk, vq, NULL, NULL, &err);
-    g_assert_no_error(err);
-    dq = (DataPlaneQueue){
-        .q = q, .host_notifier = testvq_kick_fd(tvq), .notifier = {.fd = testvq_call_fd(tvq)}};
-    sw = dp_switch_new(
-        &(DpSwitchConf){.blk = blk,
-                        .main_loop = main_loop,
-                        .backend = backend,
-                        .iothread = iothread,
-                        .ioq = {.engine = "io_uring", .fd = dfd, .logical_block_size = 512},
-                        .num_queues = 1,
-                        .queue_size = QSIZE},
-        &err);
-    g_assert_no_error(err);
-    g_assert_true(dp_switch_start(sw, false, &dq, 1, &err));
+    devfix_init(&f,
+                &(DevFixConf){.drive = "driver=raw,node-name=top,file.driver=blkdebug,"
+                                       "file.node-name=dbg,file.image.driver=file,"
+                                       "file.image.filename=%s",
+                              .dir = "/var/tmp",
+                              .bytes = 1 << 20,
+                              .ram_size = 16 << 20,
+                              .queue_size = QSIZE,
+                              .iothread = "parked-io",
+                              .ioq = {.engine = "io_uring", .logical_block_size = 512}},
+                NULL);
+    g_assert_false(f.swconf.ioq.direct);
+    blk_set_error_policy(f.backend, BLOCK_ERR_REPORT, BLOCK_ERR_STOP);
+    g_assert_true(blkdebug_add_rule(blk_find_node(f.backend, "dbg"), &rule, &err));
+    devfix_start(&f, false, NULL);
 
     /* The first write fails once and is parked. */
-    buf = testdrv_alloc(d, 2048, 512);
-    hd = submit_write(d, tvq, buf, 8, 0xa5);
-    for (int i = 0; i < 10000 && blk_parked_count(backend) == 0; i++) {
-        event_loop_run_once(main_loop, false);
+    buf = testdrv_alloc(f.d, 2048, 512);
+    hd = submit_write(f.d, f.tvq[0], buf, 8, 0xa5);
+    for (int i = 0; i < 10000 && blk_parked_count(f.backend) == 0; i++) {
+        event_loop_run_once(f.main_loop, false);
         g_usleep(100);
     }
-    g_assert_cmpuint(blk_parked_count(backend), ==, 1);
-    g_assert_false(testvq_get_used(tvq, &head, &len));
+    g_assert_cmpuint(blk_parked_count(f.backend), ==, 1);
+    g_assert_false(testvq_get_used(f.tvq[0], &head, &len));
 
-    g_assert_false(dp_switch_set_dataplane(sw, true, &err));
+    g_assert_false(dp_switch_set_dataplane(f.sw, true, &err));
     g_assert_nonnull(err);
     g_assert_nonnull(strstr(err->message, "wait for 'cont'"));
     g_clear_error(&err);
-    g_assert_false(dp_switch_is_dataplane(sw));
+    g_assert_false(dp_switch_is_dataplane(f.sw));
 
     /* 'cont': the request is resubmitted and completes on the block layer. */
-    blk_resume_parked(backend);
-    for (int i = 0; i < 10000 && !testvq_get_used(tvq, &head, &len); i++) {
-        event_loop_run_once(main_loop, false);
+    blk_resume_parked(f.backend);
+    for (int i = 0; i < 10000 && !testvq_get_used(f.tvq[0], &head, &len); i++) {
+        event_loop_run_once(f.main_loop, false);
         g_usleep(100);
     }
     g_assert_cmpint(head, ==, hd);
-    g_assert_cmpuint(testdrv_readb(d, buf + 1024), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(testdrv_readb(f.d, buf + 1024), ==, VIRTIO_BLK_S_OK);
 
     /* Nothing parked: the switch goes through, and the dataplane serves the next write. */
-    g_assert_true(dp_switch_set_dataplane(sw, true, &err));
+    g_assert_true(dp_switch_set_dataplane(f.sw, true, &err));
     g_assert_no_error(err);
-    hd = submit_write(d, tvq, buf, 9, 0x5a);
-    for (int i = 0; i < 200 && !testvq_get_used(tvq, &head, &len); i++) {
-        testvq_wait_used(tvq, 50);
+    hd = submit_write(f.d, f.tvq[0], buf, 9, 0x5a);
+    for (int i = 0; i < 200 && !testvq_get_used(f.tvq[0], &head, &len); i++) {
+        testvq_wait_used(f.tvq[0], 50);
     }
     g_assert_cmpint(head, ==, hd);
-    g_assert_cmpuint(testdrv_readb(d, buf + 1024), ==, VIRTIO_BLK_S_OK);
-    dp_switch_stop(sw);
-    dp_switch_free(sw);
+    g_assert_cmpuint(testdrv_readb(f.d, buf + 1024), ==, VIRTIO_BLK_S_OK);
+    dp_switch_stop(f.sw);
+    dp_switch_free(f.sw);
+    f.sw = NULL;
 
-    g_assert_cmpint(pread(dfd, got, 512, 8 * 512), ==, 512);
+    g_assert_cmpint(pread(f.fd, got, 512, 8 * 512), ==, 512);
     for (int i = 0; i < 512; i++) {
         g_assert_cmpuint(got[i], ==, 0xa5);
     }
-    g_assert_cmpint(pread(dfd, got, 512, 9 * 512), ==, 512);
+    g_assert_cmpint(pread(f.fd, got, 512, 9 * 512), ==, 512);
     for (int i = 0; i < 512; i++) {
         g_assert_cmpuint(got[i], ==, 0x5a);
     }
     alarm(0);
-    blk_unref(backend);
-    iothread_free(iothread);
-    event_loop_free(main_loop);
-    virtio_blk_queue_free(q);
-    virtqueue_free(vq);
-    testvq_free(tvq);
-    virtio_blk_free(blk);
-    testdrv_free(d);
-    close(dfd);
-    unlink(path);
-    g_free(path);
+    devfix_fini(&f);
 }
 
 int main(int argc, char **argv)

@@ -21,8 +21,7 @@
 #include <endian.h>
 #include <linux/virtio_blk.h>
 
-#include "testdrv.h"
-#include "devices/dp-switch.h"
+#include "devfix.h"
 
 #define NQ         2
 #define QSIZE      64
@@ -36,103 +35,45 @@ typedef struct Slot {
 } Slot;
 
 typedef struct GQ {
-    TestVq *tvq;
-    VirtQueue *vq;
-    VirtIOBlkQueue *q;
+    TestVq *tvq; /* the fixture's */
     Slot slots[DEPTH];
     int slot_of_head[QSIZE];
     unsigned free_slots[DEPTH], nfree;
 } GQ;
 
 typedef struct Fx {
-    char *path;
-    int fd; /* the dataplane's */
-    TestDrv *d;
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    DpSwitch *sw;
+    DevFix dev; /* dataplane on the iothread (io_uring on dev.fd), block layer on dev.backend */
     GQ gq[NQ];
     uint64_t ok, err;  /* completions seen by the guest */
     uint64_t ok_bytes; /* data bytes of successful reads/writes */
     uint64_t next_sector;
 } Fx;
 
-/* The DpSwitch of the drive: dataplane on the iothread (io_uring on f->fd), block layer on
- * f->backend. */
-static DpSwitch *fx_switch_new(Fx *f)
-{
-    GError *err = NULL;
-    DpSwitch *sw = dp_switch_new(&(DpSwitchConf){.blk = f->blk,
-                                                 .main_loop = f->main_loop,
-                                                 .backend = f->backend,
-                                                 .iothread = f->iothread,
-                                                 .ioq = {.engine = "io_uring", .fd = f->fd},
-                                                 .num_queues = NQ,
-                                                 .queue_size = QSIZE},
-                                 &err);
-
-    g_assert_no_error(err);
-    return sw;
-}
-
 static Fx *fx_new(bool dataplane, bool ioq_read_only)
 {
     Fx *f = g_new0(Fx, 1);
-    TestDrvOpts dopts = {.ram_size = 32 << 20};
-    VirtIOBlkConf conf;
-    GError *err = NULL;
-    uint64_t features;
-    DataPlaneQueue dq[NQ];
-    g_autofree char *optstr = NULL;
-    GHashTable *opts;
-    int tfd;
 
-    f->path = g_build_filename("/var/tmp", "vblk-throttle-XXXXXX", NULL);
-    tfd = g_mkstemp(f->path);
-    g_assert_cmpint(tfd, >=, 0);
-    g_assert_cmpint(ftruncate(tfd, (off_t)DISK_BYTES), ==, 0);
-    close(tfd);
-    f->fd = open(f->path, ioq_read_only ? O_RDONLY : O_RDWR);
-    g_assert_cmpint(f->fd, >=, 0);
-
-    f->d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, DISK_BYTES / 512);
-    conf.num_queues = NQ;
-    conf.queue_size = QSIZE;
-    f->blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(f->blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(f->blk, features, &err));
-    f->main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    f->iothread = iothread_new("throttle-io", &err);
-    g_assert_no_error(err);
+    devfix_init(&f->dev,
+                &(DevFixConf){.drive = "file=%s,cache=writeback,aio=io_uring",
+                              .dir = "/var/tmp",
+                              .bytes = DISK_BYTES,
+                              .ram_size = 32 << 20,
+                              .num_queues = NQ,
+                              .queue_size = QSIZE,
+                              .iothread = "throttle-io",
+                              .dataplane_read_only = ioq_read_only},
+                NULL);
+    g_assert_cmpstr(f->dev.swconf.ioq.engine, ==, "io_uring");
     /* As the VMM's iothreads: adaptive polling (a throttled queue must not be polled). */
-    event_loop_set_poll_params(iothread_get_loop(f->iothread), 32768, 0, 0);
-    optstr = g_strdup_printf("file=%s,cache=writeback,aio=io_uring", f->path);
-    opts = blk_opts_parse(optstr);
-    f->backend = blk_new_from_drive_opts(opts, f->main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
-
+    event_loop_set_poll_params(iothread_get_loop(f->dev.iothread), 32768, 0, 0);
     for (unsigned i = 0; i < NQ; i++) {
         GQ *g = &f->gq[i];
 
-        g->tvq = testvq_new(f->d, QSIZE, features);
-        g->vq = virtqueue_new(testdrv_guestmem(f->d), QSIZE, testvq_desc_gpa(g->tvq),
-                              testvq_avail_gpa(g->tvq), testvq_used_gpa(g->tvq), features, &err);
-        g_assert_no_error(err);
-        g->q = virtio_blk_queue_new(f->blk, g->vq, NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = g->q,
-                                 .host_notifier = testvq_kick_fd(g->tvq),
-                                 .notifier = {.fd = testvq_call_fd(g->tvq)}};
+        g->tvq = f->dev.tvq[i];
         for (unsigned k = 0; k < DEPTH; k++) {
-            g->slots[k].hdr = testdrv_alloc(f->d, 16, 16);
-            g->slots[k].data = testdrv_alloc(f->d, MAX_LEN, 4096);
-            g->slots[k].status = testdrv_alloc(f->d, 1, 1);
+            g->slots[k].hdr = testdrv_alloc(f->dev.d, 16, 16);
+            g->slots[k].data = testdrv_alloc(f->dev.d, MAX_LEN, 4096);
+            g->slots[k].status = testdrv_alloc(f->dev.d, 1, 1);
             g->free_slots[k] = k;
         }
         g->nfree = DEPTH;
@@ -140,28 +81,13 @@ static Fx *fx_new(bool dataplane, bool ioq_read_only)
             g->slot_of_head[k] = -1;
         }
     }
-    f->sw = fx_switch_new(f);
-    g_assert_true(dp_switch_start(f->sw, dataplane, dq, NQ, &err));
-    g_assert_no_error(err);
+    devfix_start(&f->dev, dataplane, NULL);
     return f;
 }
 
 static void fx_free(Fx *f)
 {
-    dp_switch_free(f->sw);
-    blk_unref(f->backend);
-    iothread_free(f->iothread);
-    event_loop_free(f->main_loop);
-    for (unsigned i = 0; i < NQ; i++) {
-        virtio_blk_queue_free(f->gq[i].q);
-        virtqueue_free(f->gq[i].vq);
-        testvq_free(f->gq[i].tvq);
-    }
-    virtio_blk_free(f->blk);
-    testdrv_free(f->d);
-    close(f->fd);
-    unlink(f->path);
-    g_free(f->path);
+    devfix_fini(&f->dev);
     g_free(f);
 }
 
@@ -183,14 +109,14 @@ static bool fx_submit(Fx *f, unsigned qi, uint32_t type, uint64_t sector, uint32
     s = &g->slots[k];
     s->type = type;
     s->len = len;
-    testdrv_memwrite(f->d, s->hdr, &h, sizeof(h));
-    testdrv_memwrite(f->d, s->status, &ff, 1);
+    testdrv_memwrite(f->dev.d, s->hdr, &h, sizeof(h));
+    testdrv_memwrite(f->dev.d, s->status, &ff, 1);
     bufs[n++] = (TestBuf){s->hdr, 16, false};
     if (type == VIRTIO_BLK_T_DISCARD) {
         struct virtio_blk_discard_write_zeroes seg = {.sector = htole64(sector),
                                                       .num_sectors = htole32(len / 512)};
 
-        testdrv_memwrite(f->d, s->data, &seg, sizeof(seg));
+        testdrv_memwrite(f->dev.d, s->data, &seg, sizeof(seg));
         bufs[n++] = (TestBuf){s->data, sizeof(seg), false};
     } else if (len) {
         bufs[n++] = (TestBuf){s->data, len, type == VIRTIO_BLK_T_IN};
@@ -224,9 +150,9 @@ static unsigned fx_poll(Fx *f, int ms)
         testvq_kick(f->gq[i].tvq);
         pfd[i] = (struct pollfd){.fd = testvq_call_fd(f->gq[i].tvq), .events = POLLIN};
     }
-    pfd[NQ] = (struct pollfd){.fd = event_loop_get_fd(f->main_loop), .events = POLLIN};
+    pfd[NQ] = (struct pollfd){.fd = event_loop_get_fd(f->dev.main_loop), .events = POLLIN};
     poll(pfd, NQ + 1, ms);
-    event_loop_run_once(f->main_loop, false);
+    event_loop_run_once(f->dev.main_loop, false);
     for (unsigned i = 0; i < NQ; i++) {
         GQ *g = &f->gq[i];
         uint16_t head;
@@ -239,7 +165,7 @@ static unsigned fx_poll(Fx *f, int ms)
 
             g_assert_cmpint(k, >=, 0);
             s = &g->slots[k];
-            if (testdrv_readb(f->d, s->status) == VIRTIO_BLK_S_OK) {
+            if (testdrv_readb(f->dev.d, s->status) == VIRTIO_BLK_S_OK) {
                 f->ok++;
                 if (s->type == VIRTIO_BLK_T_IN || s->type == VIRTIO_BLK_T_OUT) {
                     f->ok_bytes += s->len;
@@ -303,7 +229,8 @@ static double fx_rate(Fx *f, uint32_t type, uint32_t len, double warm, double se
             base = bytes ? f->ok_bytes : f->ok;
         }
         if (switch_ms > 0 && now >= next_switch) {
-            g_assert_true(dp_switch_set_dataplane(f->sw, !dp_switch_is_dataplane(f->sw), &err));
+            g_assert_true(
+                dp_switch_set_dataplane(f->dev.sw, !dp_switch_is_dataplane(f->dev.sw), &err));
             next_switch = now + switch_ms * 1000;
         }
         for (unsigned q = 0; q < NQ; q++) {
@@ -323,7 +250,7 @@ static void set_limits(Fx *f, const ThrottleLimits *l)
 {
     GError *err = NULL;
 
-    g_assert_true(dp_switch_set_io_limits(f->sw, l, &err));
+    g_assert_true(dp_switch_set_io_limits(f->dev.sw, l, &err));
     g_assert_no_error(err);
 }
 
@@ -347,9 +274,9 @@ static void check_read_rate_counted(Fx *f, const char *what, double want, int sw
     uint64_t ok0 = f->ok;
     BlockAcctStats a, b;
 
-    blk_get_stats(f->backend, &a);
+    blk_get_stats(f->dev.backend, &a);
     check_rate(what, fx_rate(f, VIRTIO_BLK_T_IN, 4096, 0.5, 3, false, switch_ms), want);
-    blk_get_stats(f->backend, &b);
+    blk_get_stats(f->dev.backend, &b);
     g_assert_cmpuint(b.rd_operations - a.rd_operations, ==, f->ok - ok0);
 }
 
@@ -360,7 +287,7 @@ static uint64_t waits(Fx *f)
     for (unsigned i = 0; i < NQ; i++) {
         DataPlaneQueueStats st;
 
-        dataplane_get_queue_stats(dp_switch_dataplane(f->sw), i, &st);
+        dataplane_get_queue_stats(dp_switch_dataplane(f->dev.sw), i, &st);
         n += st.throttle_waits;
     }
     return n;
@@ -399,7 +326,7 @@ static void test_acct_exact(void)
     g_assert_true(fx_submit(f, 1, VIRTIO_BLK_T_DISCARD, DISK_BYTES / 512, 4096));
     fx_wait_idle(f);
     g_assert_cmpuint(f->err, ==, 4);
-    blk_get_stats(f->backend, &s0);
+    blk_get_stats(f->dev.backend, &s0);
     g_assert_cmpuint(s0.rd_operations, ==, 303);
     g_assert_cmpuint(s0.rd_bytes, ==, 303 * 4096);
     g_assert_cmpuint(s0.wr_operations, ==, 200);
@@ -420,15 +347,15 @@ static void test_acct_exact(void)
     g_assert_cmpuint(bins, ==, 303);
 
     /* Block layer: totals continue from the dataplane's. */
-    g_assert_true(dp_switch_set_dataplane(f->sw, false, &err));
-    blk_get_stats(f->backend, &s1);
+    g_assert_true(dp_switch_set_dataplane(f->dev.sw, false, &err));
+    blk_get_stats(f->dev.backend, &s1);
     assert_not_backwards(&s0, &s1);
     fx_do(f, VIRTIO_BLK_T_IN, 100, 4096);
     fx_do(f, VIRTIO_BLK_T_OUT, 50, 16384);
     fx_do(f, VIRTIO_BLK_T_FLUSH, 4, 0);
     g_assert_true(fx_submit(f, 0, VIRTIO_BLK_T_IN, DISK_BYTES / 512, 512));
     fx_wait_idle(f);
-    blk_get_stats(f->backend, &s2);
+    blk_get_stats(f->dev.backend, &s2);
     assert_not_backwards(&s1, &s2);
     g_assert_cmpuint(s2.rd_operations, ==, 403);
     g_assert_cmpuint(s2.rd_bytes, ==, 403 * 4096);
@@ -438,22 +365,23 @@ static void test_acct_exact(void)
     g_assert_cmpuint(s2.invalid_rd_operations, ==, 3);
 
     /* And back; then the DpSwitch goes away (device reset): nothing is lost. */
-    g_assert_true(dp_switch_set_dataplane(f->sw, true, &err));
+    g_assert_true(dp_switch_set_dataplane(f->dev.sw, true, &err));
     fx_do(f, VIRTIO_BLK_T_IN, 17, 512);
-    blk_get_stats(f->backend, &s3);
+    blk_get_stats(f->dev.backend, &s3);
     assert_not_backwards(&s2, &s3);
     g_assert_cmpuint(s3.rd_operations, ==, 420);
     g_assert_cmpuint(s3.rd_bytes, ==, 403 * 4096 + 17 * 512);
-    dp_switch_free(f->sw);
-    f->sw = NULL;
-    blk_get_stats(f->backend, &s2);
+    dp_switch_free(f->dev.sw);
+    f->dev.sw = NULL;
+    blk_get_stats(f->dev.backend, &s2);
     assert_not_backwards(&s3, &s2);
     g_assert_cmpuint(s2.rd_operations, ==, 420);
     g_assert_cmpuint(s2.wr_operations, ==, 250);
     g_assert_cmpuint(s2.invalid_rd_operations, ==, 3);
     /* fx_free with the switch gone */
-    f->sw = fx_switch_new(f);
-    blk_get_stats(f->backend, &s3);
+    f->dev.sw = dp_switch_new(&f->dev.swconf, &err);
+    g_assert_no_error(err);
+    blk_get_stats(f->dev.backend, &s3);
     g_assert_cmpuint(s3.rd_operations, ==, 420);
     fx_free(f);
 }
@@ -465,7 +393,7 @@ static void test_acct_wr_highest(void)
     GError *err = NULL;
     BlockAcctStats st;
 
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.wr_highest_offset, ==, 0);
     /* Dataplane: a write at sector 1000, then a lower one and a read above it. */
     g_assert_true(fx_submit(f, 0, VIRTIO_BLK_T_OUT, 1000, 4096));
@@ -474,23 +402,23 @@ static void test_acct_wr_highest(void)
     g_assert_true(fx_submit(f, 0, VIRTIO_BLK_T_IN, 5000, 4096));
     fx_wait_idle(f);
     g_assert_cmpuint(f->err, ==, 0);
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.wr_highest_offset, ==, 1000 * 512 + 4096);
     /* Block layer: the dataplane's value is kept, a higher write raises it. */
-    g_assert_true(dp_switch_set_dataplane(f->sw, false, &err));
+    g_assert_true(dp_switch_set_dataplane(f->dev.sw, false, &err));
     g_assert_no_error(err);
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.wr_highest_offset, ==, 1000 * 512 + 4096);
     g_assert_true(fx_submit(f, 0, VIRTIO_BLK_T_OUT, 3000, 4096));
     fx_wait_idle(f);
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.wr_highest_offset, ==, 3000 * 512 + 4096);
     /* And back to the dataplane: a higher write raises it there too. */
-    g_assert_true(dp_switch_set_dataplane(f->sw, true, &err));
+    g_assert_true(dp_switch_set_dataplane(f->dev.sw, true, &err));
     g_assert_no_error(err);
     g_assert_true(fx_submit(f, 1, VIRTIO_BLK_T_OUT, 4000, 512));
     fx_wait_idle(f);
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.wr_highest_offset, ==, 4000 * 512 + 512);
     g_assert_cmpuint(f->err, ==, 0);
     fx_free(f);
@@ -505,7 +433,7 @@ static void test_acct_failed(void)
     fx_do(f, VIRTIO_BLK_T_OUT, 20, 4096);
     g_assert_cmpuint(f->err, ==, 20);
     fx_do(f, VIRTIO_BLK_T_IN, 10, 4096);
-    blk_get_stats(f->backend, &st);
+    blk_get_stats(f->dev.backend, &st);
     g_assert_cmpuint(st.failed_wr_operations, ==, 20);
     g_assert_cmpuint(st.wr_operations, ==, 0);
     g_assert_cmpuint(st.wr_bytes, ==, 0);
@@ -715,12 +643,12 @@ static void test_validation(void)
         if (cases[i].bucket2 >= 0) {
             l.b[cases[i].bucket2].avg = cases[i].avg2;
         }
-        g_assert_false(dp_switch_set_io_limits(f->sw, &l, &err));
+        g_assert_false(dp_switch_set_io_limits(f->dev.sw, &l, &err));
         g_assert_nonnull(err);
         g_assert_cmpstr(err->message, ==, cases[i].msg);
         g_error_free(err);
     }
-    blk_get_io_limits(f->backend, &cur);
+    blk_get_io_limits(f->dev.backend, &cur);
     g_assert_cmpuint(cur.b[THROTTLE_OPS_TOTAL].avg, ==, 777);
     fx_free(f);
 }

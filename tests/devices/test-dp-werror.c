@@ -25,10 +25,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "dataplane/dataplane.h"
-#include "devices/dp-switch.h"
+#include "devfix.h"
 #include "monitor/qmp.h"
-#include "testdrv.h"
 #include "virtio-blk-pci-int.h"
 
 #define QSIZE    64
@@ -42,17 +40,7 @@ typedef struct Event {
 } Event;
 
 typedef struct Fix {
-    char *path;
-    int fd;
-    TestDrv *d;
-    TestVq *tvq;
-    VirtQueue *vq;
-    VirtIOBlkQueue *q;
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    DpSwitch *sw;
+    DevFix dev;
     GArray *events; /* Event */
     unsigned stops; /* QMP machine stop hook calls */
 } Fix;
@@ -105,90 +93,45 @@ static const char *img_dir;
 static Fix *fix_new(const char *policy, bool rerror_too)
 {
     Fix *f = g_new0(Fix, 1);
-    TestDrvOpts dopts = {.ram_size = 16 << 20};
-    GError *err = NULL;
-    VirtIOBlkConf conf;
-    uint64_t features;
     g_autofree char *opts = NULL;
-    GHashTable *t;
-    DataPlaneQueue dq;
     uint8_t sect[512];
 
-    f->path = g_build_filename(img_dir ? img_dir : g_get_tmp_dir(), "vblk-werror-XXXXXX", NULL);
-    f->fd = g_mkstemp(f->path);
-    g_assert_cmpint(f->fd, >=, 0);
-    g_assert_cmpint(ftruncate(f->fd, 1 << 20), ==, 0);
+    opts = g_strdup_printf("file=%%s,cache=writeback,werror=%s%s%s", policy,
+                           rerror_too ? ",rerror=" : "", rerror_too ? policy : "");
+    devfix_init(&f->dev,
+                &(DevFixConf){.drive = opts,
+                              .dir = img_dir,
+                              .bytes = 1 << 20,
+                              .ram_size = 16 << 20,
+                              .queue_size = QSIZE,
+                              .iothread = "werror-io",
+                              .id = "disk0",
+                              .ioq = {.logical_block_size = 512}},
+                NULL);
+    g_assert_cmpstr(f->dev.swconf.ioq.engine, ==, "io_uring");
     /* Known content: sector s holds the byte s. */
     for (unsigned s = 0; s < 64; s++) {
         memset(sect, (int)s, sizeof(sect));
-        g_assert_cmpint(pwrite(f->fd, sect, sizeof(sect), (off_t)s * 512), ==, 512);
+        g_assert_cmpint(pwrite(f->dev.fd, sect, sizeof(sect), (off_t)s * 512), ==, 512);
     }
-    f->d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, (1 << 20) / 512);
-    conf.queue_size = QSIZE;
-    f->blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(f->blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(f->blk, features, &err));
-    f->main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    f->iothread = iothread_new("werror-io", &err);
-    g_assert_no_error(err);
-    opts = g_strdup_printf("file=%s,cache=writeback,werror=%s%s%s", f->path, policy,
-                           rerror_too ? ",rerror=" : "", rerror_too ? policy : "");
-    t = blk_opts_parse(opts);
-    f->backend = blk_new_from_drive_opts(t, f->main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(t);
-    blk_set_device_name(f->backend, "disk0");
+    blk_set_device_name(f->dev.backend, "disk0");
     f->events = g_array_new(FALSE, TRUE, sizeof(Event));
     g_array_set_clear_func(f->events, clear_event);
-    blk_set_error_hook(f->backend, record_error, f);
+    blk_set_error_hook(f->dev.backend, record_error, f);
     qmp_machine_set_hooks(&(QmpMachineHooks){.stop = machine_stop, .opaque = f});
     qmp_run_state_set(QMP_RUN_STATE_RUNNING);
-
-    f->tvq = testvq_new(f->d, QSIZE, features);
-    f->vq = virtqueue_new(testdrv_guestmem(f->d), QSIZE, testvq_desc_gpa(f->tvq),
-                          testvq_avail_gpa(f->tvq), testvq_used_gpa(f->tvq), features, &err);
-    g_assert_no_error(err);
-    f->q = virtio_blk_queue_new(f->blk, f->vq, NULL, NULL, &err);
-    g_assert_no_error(err);
-    dq = (DataPlaneQueue){.q = f->q,
-                          .host_notifier = testvq_kick_fd(f->tvq),
-                          .notifier = {.fd = testvq_call_fd(f->tvq)}};
-    f->sw = dp_switch_new(
-        &(DpSwitchConf){.id = "disk0",
-                        .blk = f->blk,
-                        .main_loop = f->main_loop,
-                        .backend = f->backend,
-                        .iothread = f->iothread,
-                        .ioq = {.engine = "io_uring", .fd = f->fd, .logical_block_size = 512},
-                        .num_queues = 1,
-                        .queue_size = QSIZE},
-        &err);
-    g_assert_no_error(err);
-    g_assert_true(dp_switch_start(f->sw, true, &dq, 1, &err));
-    g_assert_no_error(err);
+    devfix_start(&f->dev, true, NULL);
     return f;
 }
 
 static void fix_free(Fix *f)
 {
-    dp_switch_stop(f->sw);
-    dp_switch_free(f->sw);
+    dp_switch_stop(f->dev.sw);
+    dp_switch_free(f->dev.sw);
+    f->dev.sw = NULL;
     qmp_machine_set_hooks(NULL);
-    blk_unref(f->backend);
-    iothread_free(f->iothread);
-    event_loop_free(f->main_loop);
-    virtio_blk_queue_free(f->q);
-    virtqueue_free(f->vq);
-    testvq_free(f->tvq);
-    virtio_blk_free(f->blk);
-    testdrv_free(f->d);
+    devfix_fini(&f->dev);
     g_array_free(f->events, TRUE);
-    close(f->fd);
-    unlink(f->path);
-    g_free(f->path);
     g_free(f);
 }
 
@@ -198,7 +141,7 @@ static void inject(Fix *f, IOQOp op, int error)
     IOQInjectRule rule = {.op = (int)op, .offset = SECT_BAD * 512, .length = 512, .error = error};
     GError *err = NULL;
 
-    g_assert_true(dataplane_inject_error(dp_switch_dataplane(f->sw), &rule, &err));
+    g_assert_true(dataplane_inject_error(dp_switch_dataplane(f->dev.sw), &rule, &err));
     g_assert_no_error(err);
 }
 
@@ -209,19 +152,19 @@ static Req add_req_len(Fix *f, bool is_read, uint64_t sector, uint8_t fill, uint
     g_autofree uint8_t *buf = g_malloc(len);
 
     memset(buf, fill, len);
-    r.r = testblk_prepare(f->tvq, is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT, sector,
+    r.r = testblk_prepare(f->dev.tvq[0], is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT, sector,
                           is_read ? NULL : buf, len);
     {
         TestBuf bufs[3] = {
             {r.r.hdr_gpa, 16, false}, {r.r.data_gpa, len, is_read}, {r.r.status_gpa, 1, true}};
 
-        r.r.head = testvq_add_chain(f->tvq, bufs, 3);
+        r.r.head = testvq_add_chain(f->dev.tvq[0], bufs, 3);
     }
     g_assert_cmpint(r.r.head, >=, 0);
     if (is_read) {
-        testdrv_memset(f->d, r.r.data_gpa, 0xee, len);
+        testdrv_memset(f->dev.d, r.r.data_gpa, 0xee, len);
     }
-    testvq_publish(f->tvq, (uint16_t)r.r.head);
+    testvq_publish(f->dev.tvq[0], (uint16_t)r.r.head);
     return r;
 }
 
@@ -236,7 +179,7 @@ static void run_main(Fix *f, int ms)
     gint64 end = g_get_monotonic_time() + ms * 1000;
 
     while (g_get_monotonic_time() < end) {
-        event_loop_run_once(f->main_loop, false);
+        event_loop_run_once(f->dev.main_loop, false);
         g_usleep(200);
     }
 }
@@ -249,8 +192,8 @@ static int next_used(Fix *f, int ms)
     uint32_t len;
 
     do {
-        event_loop_run_once(f->main_loop, false);
-        if (testvq_get_used(f->tvq, &head, &len)) {
+        event_loop_run_once(f->dev.main_loop, false);
+        if (testvq_get_used(f->dev.tvq[0], &head, &len)) {
             return head;
         }
         g_usleep(100);
@@ -262,7 +205,7 @@ static uint8_t disk_byte(Fix *f, uint64_t sector)
 {
     uint8_t b[512];
 
-    g_assert_cmpint(pread(f->fd, b, sizeof(b), (off_t)sector * 512), ==, 512);
+    g_assert_cmpint(pread(f->dev.fd, b, sizeof(b), (off_t)sector * 512), ==, 512);
     for (unsigned i = 1; i < sizeof(b); i++) {
         g_assert_cmpuint(b[i], ==, b[0]);
     }
@@ -273,7 +216,7 @@ static void check_read_data(Fix *f, const Req *r, uint8_t want)
 {
     uint8_t b[512];
 
-    testdrv_memread(f->d, r->r.data_gpa, b, sizeof(b));
+    testdrv_memread(f->dev.d, r->r.data_gpa, b, sizeof(b));
     for (unsigned i = 0; i < sizeof(b); i++) {
         g_assert_cmpuint(b[i], ==, want);
     }
@@ -293,11 +236,24 @@ static void check_event(Fix *f, unsigned i, bool is_read, const char *action, in
     Event *e = &g_array_index(f->events, Event, i);
 
     g_assert_cmpstr(e->device, ==, "disk0");
-    g_assert_cmpstr(e->node_name, ==, blk_root_node_name(f->backend));
+    g_assert_cmpstr(e->node_name, ==, blk_root_node_name(f->dev.backend));
     g_assert_cmpstr(e->operation, ==, is_read ? "read" : "write");
     g_assert_cmpstr(e->action, ==, action);
     g_assert_cmpint(e->nospace, ==, error == ENOSPC);
     g_assert_cmpstr(e->reason, ==, g_strerror(error));
+}
+
+/* The disk is fine again, `cont`: the held @a, then @c, complete once each, with OK. */
+static void resume_a_then_c(Fix *f, const Req *a, const Req *c)
+{
+    dataplane_inject_clear(dp_switch_dataplane(f->dev.sw));
+    qmp_run_state_set(QMP_RUN_STATE_RUNNING);
+    dp_switch_resume(f->dev.sw);
+    g_assert_cmpint(next_used(f, WAIT_MS), ==, a->r.head);
+    g_assert_cmpint(next_used(f, WAIT_MS), ==, c->r.head);
+    g_assert_cmpint(next_used(f, 100), ==, -1);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &a->r), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &c->r), ==, VIRTIO_BLK_S_OK);
 }
 
 typedef struct Case {
@@ -322,7 +278,7 @@ static void test_policy(gconstpointer data)
     a = add_req(f, c->is_read, SECT_BAD, 0xa1);
     b = add_req(f, c->is_read, SECT_OK, 0xb2);
     cc = add_req(f, c->is_read, SECT_BAD, 0xc3);
-    testvq_kick_force(f->tvq);
+    testvq_kick_force(f->dev.tvq[0]);
 
     if (!stop) {
         unsigned ok_b = 0, done = 0;
@@ -332,7 +288,7 @@ static void test_policy(gconstpointer data)
             g_assert_cmpint(h, >=, 0);
             if (h == b.r.head) {
                 ok_b++;
-                g_assert_cmpuint(testblk_status(f->tvq, &b.r), ==, VIRTIO_BLK_S_OK);
+                g_assert_cmpuint(testblk_status(f->dev.tvq[0], &b.r), ==, VIRTIO_BLK_S_OK);
             } else {
                 g_assert_true(h == a.r.head || h == cc.r.head);
                 done++;
@@ -341,14 +297,14 @@ static void test_policy(gconstpointer data)
         g_assert_cmpuint(ok_b, ==, 1);
         g_assert_cmpuint(done, ==, 2);
         g_assert_cmpint(next_used(f, 50), ==, -1); /* each once */
-        g_assert_cmpuint(testblk_status(f->tvq, &a.r), ==, want);
-        g_assert_cmpuint(testblk_status(f->tvq, &cc.r), ==, want);
+        g_assert_cmpuint(testblk_status(f->dev.tvq[0], &a.r), ==, want);
+        g_assert_cmpuint(testblk_status(f->dev.tvq[0], &cc.r), ==, want);
         wait_events(f, 2);
         check_event(f, 0, c->is_read, c->action, c->error);
         check_event(f, 1, c->is_read, c->action, c->error);
         g_assert_cmpuint(f->stops, ==, 0);
         g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_RUNNING);
-        g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 0);
+        g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 0);
         if (c->is_read) {
             check_read_data(f, &b, SECT_OK);
         } else {
@@ -363,35 +319,28 @@ static void test_policy(gconstpointer data)
     /* stop: B completes, A and C stay in the iothread. */
     h = next_used(f, WAIT_MS);
     g_assert_cmpint(h, ==, b.r.head);
-    g_assert_cmpuint(testblk_status(f->tvq, &b.r), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &b.r), ==, VIRTIO_BLK_S_OK);
     wait_events(f, 2);
     check_event(f, 0, c->is_read, "stop", c->error);
     check_event(f, 1, c->is_read, "stop", c->error);
     g_assert_cmpuint(f->stops, ==, 1); /* one VM stop, through the machine's stop path */
     g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_IO_ERROR);
     g_assert_cmpint(next_used(f, 200), ==, -1);
-    g_assert_cmpuint(testblk_status(f->tvq, &a.r), ==, 0xff);
-    g_assert_cmpuint(testblk_status(f->tvq, &cc.r), ==, 0xff);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 2);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &a.r), ==, 0xff);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &cc.r), ==, 0xff);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 2);
 
     /* The switch does not take held requests anywhere: refused, still on the dataplane. */
-    g_assert_false(dp_switch_set_dataplane(f->sw, false, &err));
+    g_assert_false(dp_switch_set_dataplane(f->dev.sw, false, &err));
     g_assert_error(err, g_quark_from_static_string("vblk-dataplane-error"), EBUSY);
     g_assert_nonnull(strstr(err->message, "staying on the dataplane"));
     g_clear_error(&err);
-    g_assert_true(dp_switch_is_dataplane(f->sw));
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 2);
+    g_assert_true(dp_switch_is_dataplane(f->dev.sw));
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 2);
 
     /* The disk is fine again; `cont`: A, then C, each once. */
-    dataplane_inject_clear(dp_switch_dataplane(f->sw));
-    qmp_run_state_set(QMP_RUN_STATE_RUNNING);
-    dp_switch_resume(f->sw);
-    g_assert_cmpint(next_used(f, WAIT_MS), ==, a.r.head);
-    g_assert_cmpint(next_used(f, WAIT_MS), ==, cc.r.head);
-    g_assert_cmpint(next_used(f, 100), ==, -1);
-    g_assert_cmpuint(testblk_status(f->tvq, &a.r), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(testblk_status(f->tvq, &cc.r), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 0);
+    resume_a_then_c(f, &a, &cc);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 0);
     run_main(f, 20);
     g_assert_cmpuint(f->events->len, ==, 2);
     g_assert_cmpuint(f->stops, ==, 1);
@@ -404,7 +353,7 @@ static void test_policy(gconstpointer data)
         g_assert_cmpuint(disk_byte(f, SECT_OK), ==, 0xb2);
     }
     /* Now the switch goes through. */
-    g_assert_true(dp_switch_set_dataplane(f->sw, false, &err));
+    g_assert_true(dp_switch_set_dataplane(f->dev.sw, false, &err));
     g_assert_no_error(err);
     fix_free(f);
 }
@@ -418,34 +367,27 @@ static void test_stop_again(void)
     inject(f, IOQ_OP_WRITE, EIO);
     a = add_req(f, false, SECT_BAD, 0xa1);
     cc = add_req(f, false, SECT_BAD, 0xc3);
-    testvq_kick_force(f->tvq);
+    testvq_kick_force(f->dev.tvq[0]);
     wait_events(f, 2);
     g_assert_cmpuint(f->stops, ==, 1);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 2);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 2);
 
     /* `cont` with the disk still failing: A fails again, C is not even tried. */
     qmp_run_state_set(QMP_RUN_STATE_RUNNING);
-    dp_switch_resume(f->sw);
+    dp_switch_resume(f->dev.sw);
     wait_events(f, 3);
     check_event(f, 2, false, "stop", EIO);
     g_assert_cmpuint(f->stops, ==, 2);
     g_assert_cmpint(next_used(f, 100), ==, -1);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 2);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 2);
     {
         IOQStats st;
 
-        dataplane_get_ioq_stats(dp_switch_dataplane(f->sw), &st);
+        dataplane_get_ioq_stats(dp_switch_dataplane(f->dev.sw), &st);
         g_assert_cmpuint(st.injected, ==, 3);
     }
 
-    dataplane_inject_clear(dp_switch_dataplane(f->sw));
-    qmp_run_state_set(QMP_RUN_STATE_RUNNING);
-    dp_switch_resume(f->sw);
-    g_assert_cmpint(next_used(f, WAIT_MS), ==, a.r.head);
-    g_assert_cmpint(next_used(f, WAIT_MS), ==, cc.r.head);
-    g_assert_cmpint(next_used(f, 100), ==, -1);
-    g_assert_cmpuint(testblk_status(f->tvq, &a.r), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(testblk_status(f->tvq, &cc.r), ==, VIRTIO_BLK_S_OK);
+    resume_a_then_c(f, &a, &cc);
     g_assert_cmpuint(disk_byte(f, SECT_BAD), ==, 0xc3);
     fix_free(f);
 }
@@ -460,17 +402,17 @@ static void test_reset_while_held(void)
     inject(f, IOQ_OP_READ, EIO);
     a = add_req(f, false, SECT_BAD, 0xa1);
     r = add_req(f, true, SECT_BAD, 0);
-    testvq_kick_force(f->tvq);
+    testvq_kick_force(f->dev.tvq[0]);
     wait_events(f, 2);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 2);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 2);
 
-    dp_switch_stop(f->sw);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 0);
+    dp_switch_stop(f->dev.sw);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 0);
     g_assert_cmpint(next_used(f, WAIT_MS), ==, a.r.head);
     g_assert_cmpint(next_used(f, WAIT_MS), ==, r.r.head);
     g_assert_cmpint(next_used(f, 100), ==, -1);
-    g_assert_cmpuint(testblk_status(f->tvq, &a.r), ==, VIRTIO_BLK_S_IOERR);
-    g_assert_cmpuint(testblk_status(f->tvq, &r.r), ==, VIRTIO_BLK_S_IOERR);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &a.r), ==, VIRTIO_BLK_S_IOERR);
+    g_assert_cmpuint(testblk_status(f->dev.tvq[0], &r.r), ==, VIRTIO_BLK_S_IOERR);
     g_assert_cmpuint(disk_byte(f, SECT_BAD), ==, SECT_BAD);
     run_main(f, 20);
     g_assert_cmpuint(f->events->len, ==, 2); /* no event for the reset itself */
@@ -485,15 +427,15 @@ static void test_nth_once(void)
     GError *err = NULL;
     Req w[4];
 
-    g_assert_true(dataplane_inject_error(dp_switch_dataplane(f->sw), &rule, &err));
+    g_assert_true(dataplane_inject_error(dp_switch_dataplane(f->dev.sw), &rule, &err));
     rule.op = 42;
-    g_assert_false(dataplane_inject_error(dp_switch_dataplane(f->sw), &rule, &err));
+    g_assert_false(dataplane_inject_error(dp_switch_dataplane(f->dev.sw), &rule, &err));
     g_clear_error(&err);
     for (unsigned i = 0; i < 4; i++) {
         w[i] = add_req(f, false, SECT_OK + i, (uint8_t)(0x40 + i));
-        testvq_kick_force(f->tvq);
+        testvq_kick_force(f->dev.tvq[0]);
         g_assert_cmpint(next_used(f, WAIT_MS), ==, w[i].r.head);
-        g_assert_cmpuint(testblk_status(f->tvq, &w[i].r), ==,
+        g_assert_cmpuint(testblk_status(f->dev.tvq[0], &w[i].r), ==,
                          i == 1 ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK);
         g_assert_cmpuint(disk_byte(f, SECT_OK + i), ==, i == 1 ? SECT_OK + i : 0x40 + i);
     }
@@ -553,7 +495,7 @@ static void test_enospc_full_fs(void)
     for (unsigned i = 0; i < 16; i++) {
         w[i] = add_req_len(f, false, i * 128, (uint8_t)(0x10 + i), 64 * 1024);
     }
-    testvq_kick_force(f->tvq);
+    testvq_kick_force(f->dev.tvq[0]);
     for (int i = 0; i < WAIT_MS / 10 && !f->events->len; i++) {
         run_main(f, 10); /* the first failure; more follow */
     }
@@ -564,11 +506,11 @@ static void test_enospc_full_fs(void)
                 g_assert_false(done[i]);
                 done[i] = true;
                 ok++;
-                g_assert_cmpuint(testblk_status(f->tvq, &w[i].r), ==, VIRTIO_BLK_S_OK);
+                g_assert_cmpuint(testblk_status(f->dev.tvq[0], &w[i].r), ==, VIRTIO_BLK_S_OK);
             }
         }
     }
-    held = dataplane_held_count(dp_switch_dataplane(f->sw));
+    held = dataplane_held_count(dp_switch_dataplane(f->dev.sw));
     g_test_message("full filesystem: %u writes completed, %u held, %u events", ok, held,
                    f->events->len);
     g_assert_cmpuint(held, >, 0);
@@ -583,7 +525,7 @@ static void test_enospc_full_fs(void)
     /* Room again, `cont`: the held writes complete once each, in submission order. */
     g_assert_cmpint(unlink(filler), ==, 0);
     qmp_run_state_set(QMP_RUN_STATE_RUNNING);
-    dp_switch_resume(f->sw);
+    dp_switch_resume(f->dev.sw);
     for (unsigned k = 0; k < held; k++) {
         int h = next_used(f, WAIT_MS);
         unsigned i;
@@ -596,15 +538,15 @@ static void test_enospc_full_fs(void)
         g_assert_true(k == 0 || i > last);
         last = i;
         done[i] = true;
-        g_assert_cmpuint(testblk_status(f->tvq, &w[i].r), ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(testblk_status(f->dev.tvq[0], &w[i].r), ==, VIRTIO_BLK_S_OK);
     }
     g_assert_cmpint(next_used(f, 100), ==, -1);
-    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->sw)), ==, 0);
+    g_assert_cmpuint(dataplane_held_count(dp_switch_dataplane(f->dev.sw)), ==, 0);
     for (unsigned i = 0; i < 16; i++) {
         g_autofree uint8_t *b = g_malloc(64 * 1024);
 
         g_assert_true(done[i]);
-        g_assert_cmpint(pread(f->fd, b, 64 * 1024, (off_t)i * 65536), ==, 64 * 1024);
+        g_assert_cmpint(pread(f->dev.fd, b, 64 * 1024, (off_t)i * 65536), ==, 64 * 1024);
         for (unsigned j = 0; j < 64 * 1024; j++) {
             g_assert_cmpuint(b[j], ==, 0x10 + i);
         }

@@ -8,14 +8,9 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <endian.h>
-#include <fcntl.h>
 #include <linux/virtio_blk.h>
-#include <stdio.h>
-#include <unistd.h>
 
-#include "dataplane/dataplane.h"
-#include "devices/dp-switch.h"
-#include "testdrv.h"
+#include "devfix.h"
 
 #define QSIZE 64
 
@@ -43,19 +38,6 @@ static uint8_t guest_flush(TestDrv *d, TestVq *tvq, uint64_t base, EventLoop *ma
     return testdrv_readb(d, base + 512);
 }
 
-static BlockBackend *open_backend(const char *fmt, const char *path, EventLoop *loop)
-{
-    g_autofree char *s = g_strdup_printf(fmt, path);
-    GHashTable *t = blk_opts_parse(s);
-    GError *err = NULL;
-    BlockBackend *b = strstr(s, "driver=") ? blk_new_from_blockdev_opts(t, loop, &err)
-                                           : blk_new_from_drive_opts(t, loop, &err);
-
-    g_assert_no_error(err);
-    g_hash_table_unref(t);
-    return b;
-}
-
 typedef struct Case {
     const char *opts;
     bool no_flush;
@@ -64,77 +46,36 @@ typedef struct Case {
 static void test_no_flush(gconstpointer data)
 {
     const Case *c = data;
-    char *path = g_build_filename(g_get_tmp_dir(), "vblk-noflush-XXXXXX", NULL);
-    int fd = g_mkstemp(path);
-    TestDrvOpts dopts = {.ram_size = 16 << 20};
-    GError *err = NULL;
-    VirtIOBlkConf conf;
-    BlockHostInfo hi;
+    DevFix f;
     BlockNodeStats ns;
     IOQStats is;
-    TestDrv *d;
-    TestVq *tvq;
-    VirtQueue *vq;
-    VirtIOBlkQueue *q;
-    VirtIOBlk *blk;
-    EventLoop *main_loop;
-    IOThread *iothread;
-    BlockBackend *backend;
-    DataPlaneQueue dq;
-    DpSwitch *sw;
-    uint64_t features, buf;
+    uint64_t buf;
     BlockNode *file;
 
-    g_assert_cmpint(fd, >=, 0);
-    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
-    d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, (1 << 20) / 512);
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    iothread = iothread_new("noflush-io", &err);
-    g_assert_no_error(err);
-    backend = open_backend(c->opts, path, main_loop);
-
+    devfix_init(&f,
+                &(DevFixConf){.drive = c->opts,
+                              .bytes = 1 << 20,
+                              .ram_size = 16 << 20,
+                              .queue_size = QSIZE,
+                              .iothread = "noflush-io",
+                              .ioq = {.logical_block_size = 512}},
+                NULL);
     /* What the device hands to the dataplane and reports in query-block. */
-    blk_get_host_info(backend, &hi);
-    g_assert_cmpint(hi.no_flush, ==, c->no_flush);
-
-    tvq = testvq_new(d, QSIZE, features);
-    vq = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq), testvq_avail_gpa(tvq),
-                       testvq_used_gpa(tvq), features, &err);
-    g_assert_no_error(err);
-    q = virtio_blk_queue_new(blk, vq, NULL, NULL, &err);
-    g_assert_no_error(err);
-    dq = (DataPlaneQueue){
-        .q = q, .host_notifier = testvq_kick_fd(tvq), .notifier = {.fd = testvq_call_fd(tvq)}};
-    sw = dp_switch_new(
-        &(DpSwitchConf){.blk = blk,
-                        .main_loop = main_loop,
-                        .backend = backend,
-                        .iothread = iothread,
-                        .ioq = {.engine = "io_uring", .fd = fd, .logical_block_size = 512},
-                        .num_queues = 1,
-                        .queue_size = QSIZE,
-                        .no_flush = hi.no_flush},
-        &err);
-    g_assert_no_error(err);
-    buf = testdrv_alloc(d, 1024, 512);
+    g_assert_cmpint(f.hi.no_flush, ==, c->no_flush);
+    g_assert_cmpint(f.swconf.no_flush, ==, c->no_flush);
+    g_assert_cmpstr(f.swconf.ioq.engine, ==, "io_uring");
+    buf = testdrv_alloc(f.d, 1024, 512);
 
     /* Dataplane: the flush is an IOQ submission (an fdatasync) unless no-flush. */
-    g_assert_true(dp_switch_start(sw, true, &dq, 1, &err));
-    g_assert_cmpuint(guest_flush(d, tvq, buf, main_loop), ==, VIRTIO_BLK_S_OK);
-    dataplane_get_ioq_stats(dp_switch_dataplane(sw), &is);
+    devfix_start(&f, true, NULL);
+    g_assert_cmpuint(guest_flush(f.d, f.tvq[0], buf, f.main_loop), ==, VIRTIO_BLK_S_OK);
+    dataplane_get_ioq_stats(dp_switch_dataplane(f.sw), &is);
     g_assert_cmpuint(is.submitted, ==, c->no_flush ? 0 : 1);
 
     /* Block layer: the file node does the fdatasync, or counts it as skipped. */
-    g_assert_true(dp_switch_set_dataplane(sw, false, &err));
-    g_assert_cmpuint(guest_flush(d, tvq, buf, main_loop), ==, VIRTIO_BLK_S_OK);
-    file = blk_node_get_child(blk_find_node(backend, blk_root_node_name(backend)));
+    g_assert_true(dp_switch_set_dataplane(f.sw, false, NULL));
+    g_assert_cmpuint(guest_flush(f.d, f.tvq[0], buf, f.main_loop), ==, VIRTIO_BLK_S_OK);
+    file = blk_node_get_child(blk_find_node(f.backend, blk_root_node_name(f.backend)));
     blk_node_get_stats(file, &ns);
     g_assert_cmpstr(blk_node_get_driver(file), ==, "file");
     g_assert_cmpuint(ns.flushes, ==, c->no_flush ? 0 : 1);
@@ -143,23 +84,10 @@ static void test_no_flush(gconstpointer data)
     {
         BlockAcctStats st;
 
-        blk_get_stats(backend, &st);
+        blk_get_stats(f.backend, &st);
         g_assert_cmpuint(st.flush_operations, ==, 2);
     }
-
-    dp_switch_stop(sw);
-    dp_switch_free(sw);
-    blk_unref(backend);
-    iothread_free(iothread);
-    event_loop_free(main_loop);
-    virtio_blk_queue_free(q);
-    virtqueue_free(vq);
-    testvq_free(tvq);
-    virtio_blk_free(blk);
-    testdrv_free(d);
-    close(fd);
-    unlink(path);
-    g_free(path);
+    devfix_fini(&f);
 }
 
 int main(int argc, char **argv)

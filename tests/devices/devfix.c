@@ -1,0 +1,250 @@
+/*
+ * The device fixture of the tests of src/devices (devfix.h).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devfix.h"
+
+/* A failure: into @errp with what failed, or (@errp NULL) the test fails. */
+static bool devfix_fail(GError **errp, GError *err, const char *what)
+{
+    if (!errp) {
+        g_assert_no_error(err);
+    }
+    g_propagate_prefixed_error(errp, err, "%s: ", what);
+    return false;
+}
+
+static bool devfix_new_image(DevFix *f, const DevFixConf *c, GError **errp)
+{
+    int fd;
+
+    f->path = g_build_filename(c->dir ? c->dir : g_get_tmp_dir(), "vblk-devfix-XXXXXX", NULL);
+    fd = g_mkstemp(f->path);
+    if (fd < 0 || ftruncate(fd, (off_t)c->bytes) < 0) {
+        int e = errno;
+
+        if (fd >= 0) {
+            close(fd);
+        }
+        return devfix_fail(
+            errp,
+            g_error_new(G_FILE_ERROR, g_file_error_from_errno(e), "%s: %s", f->path, g_strerror(e)),
+            "image");
+    }
+    close(fd);
+    return true;
+}
+
+static BlockBackend *devfix_backend(DevFix *f, const DevFixConf *c, GError **err)
+{
+    g_autofree char *opts = g_strdup_printf(c->drive, c->image ? c->image : f->path);
+    GHashTable *t = blk_opts_parse(opts);
+    BlockBackend *b = strstr(opts, "driver=") ? blk_new_from_blockdev_opts(t, f->main_loop, err)
+                                              : blk_new_from_drive_opts(t, f->main_loop, err);
+
+    g_hash_table_unref(t);
+    if (!b) {
+        g_prefix_error(err, "%s: ", opts);
+    }
+    return b;
+}
+
+/* What virtio-blk-pci's blk_open_host() gives the dataplane: engine, fd, O_DIRECT, nbd. */
+static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq, GError **err)
+{
+    const BlockHostInfo *hi = &f->hi;
+    int flags = (hi->read_only || c->dataplane_read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+                (hi->direct ? O_DIRECT : 0);
+
+    *ioq = c->ioq;
+    if (hi->nbd) {
+        ioq->engine = ioq->engine ? ioq->engine : "nbd";
+        ioq->nbd = (IOQNbdConfig){.host = hi->nbd_host,
+                                  .port = hi->nbd_port,
+                                  .socket = hi->nbd_socket,
+                                  .export_name = hi->nbd_export,
+                                  .reconnect_delay_s = hi->nbd_reconnect_delay};
+        return true;
+    }
+    f->fd = open(hi->filename, flags);
+    if (f->fd < 0) {
+        g_set_error(err, G_FILE_ERROR, g_file_error_from_errno(errno), "open %s: %s", hi->filename,
+                    g_strerror(errno));
+        return false;
+    }
+    ioq->fd = f->fd;
+    ioq->direct = hi->direct;
+    if (!ioq->engine) {
+        ioq->engine = !strcmp(hi->aio, "native") ? "native" : "io_uring";
+    }
+    return true;
+}
+
+/* The device and its queues on the test driver's rings. */
+static bool devfix_device(DevFix *f, const DevFixConf *c, GError **err)
+{
+    TestDrvOpts dopts = {.ram_size = c->ram_size};
+    VirtIOBlkConf conf;
+
+    f->d = testdrv_new(&dopts);
+    virtio_blk_conf_init(&conf, c->bytes / 512);
+    conf.num_queues = f->nq;
+    conf.queue_size = c->queue_size;
+    conf.writeback = blk_enable_write_cache(f->backend);
+    f->blk = virtio_blk_new(&conf, err);
+    if (!f->blk) {
+        return false;
+    }
+    f->features = testdrv_negotiate(virtio_blk_get_host_features(f->blk), ~0ull);
+    if (!virtio_blk_set_features(f->blk, f->features, err)) {
+        return false;
+    }
+    for (unsigned i = 0; i < f->nq; i++) {
+        f->tvq[i] = testvq_new(f->d, c->queue_size, f->features);
+        f->vq[i] = virtqueue_new(testdrv_guestmem(f->d), c->queue_size, testvq_desc_gpa(f->tvq[i]),
+                                 testvq_avail_gpa(f->tvq[i]), testvq_used_gpa(f->tvq[i]),
+                                 f->features, err);
+        if (!f->vq[i]) {
+            return false;
+        }
+        f->q[i] = virtio_blk_queue_new(f->blk, f->vq[i], NULL, NULL, err);
+        if (!f->q[i]) {
+            return false;
+        }
+        f->dq[i] = (DataPlaneQueue){.q = f->q[i],
+                                    .host_notifier = testvq_kick_fd(f->tvq[i]),
+                                    .notifier = {.fd = testvq_call_fd(f->tvq[i])}};
+    }
+    return true;
+}
+
+bool devfix_init(DevFix *f, const DevFixConf *c, GError **errp)
+{
+    GError *err = NULL;
+
+    memset(f, 0, sizeof(*f));
+    f->fd = -1;
+    f->nq = c->num_queues ? c->num_queues : 1;
+    g_assert_cmpuint(f->nq, <=, DEVFIX_MAX_QUEUES);
+    if (!c->image && !devfix_new_image(f, c, errp)) {
+        return false;
+    }
+    f->main_loop = event_loop_new(&err);
+    if (!f->main_loop) {
+        return devfix_fail(errp, err, "event loop");
+    }
+    f->backend = devfix_backend(f, c, &err);
+    if (!f->backend) {
+        return devfix_fail(errp, err, "drive");
+    }
+    blk_get_host_info(f->backend, &f->hi);
+    f->swconf = (DpSwitchConf){.id = c->id,
+                               .main_loop = f->main_loop,
+                               .backend = f->backend,
+                               .num_queues = f->nq,
+                               .queue_size = c->queue_size,
+                               .no_flush = f->hi.no_flush};
+    if (!devfix_dataplane_host(f, c, &f->swconf.ioq, &err)) {
+        return devfix_fail(errp, err, "dataplane fd");
+    }
+    if (!devfix_device(f, c, &err)) {
+        return devfix_fail(errp, err, "device");
+    }
+    f->iothread = iothread_new(c->iothread, &err);
+    if (!f->iothread) {
+        return devfix_fail(errp, err, "iothread");
+    }
+    f->swconf.blk = f->blk;
+    f->swconf.iothread = f->iothread;
+    f->sw = dp_switch_new(&f->swconf, &err);
+    if (!f->sw) {
+        return devfix_fail(errp, err, "switch");
+    }
+    return true;
+}
+
+bool devfix_start(DevFix *f, bool dataplane, GError **errp)
+{
+    GError *err = NULL;
+
+    if (!dp_switch_start(f->sw, dataplane, f->dq, f->nq, &err)) {
+        return devfix_fail(errp, err, "start");
+    }
+    return true;
+}
+
+void devfix_guest_start(DevFix *f, GThreadFunc fn, void *opaque)
+{
+    g_assert_cmpuint(f->nguests, <, DEVFIX_MAX_QUEUES);
+    f->guest[f->nguests++] = g_thread_new("guest", fn, opaque);
+}
+
+bool devfix_guests_stopping(DevFix *f)
+{
+    return __atomic_load_n(&f->guests_stop, __ATOMIC_ACQUIRE);
+}
+
+void devfix_guest_done(DevFix *f)
+{
+    __atomic_add_fetch(&f->guests_done, 1, __ATOMIC_RELEASE);
+}
+
+void devfix_stop_guests(DevFix *f)
+{
+    __atomic_store_n(&f->guests_stop, true, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&f->guests_done, __ATOMIC_ACQUIRE) < f->nguests) {
+        event_loop_run_once(f->main_loop, false);
+        g_usleep(100);
+    }
+    for (unsigned i = 0; i < f->nguests; i++) {
+        g_thread_join(f->guest[i]);
+    }
+    f->nguests = 0;
+}
+
+void devfix_fini(DevFix *f)
+{
+    g_assert_cmpuint(f->nguests, ==, 0); /* devfix_stop_guests() first */
+    dp_switch_free(f->sw);
+    if (f->backend) {
+        blk_unref(f->backend);
+    }
+    if (f->iothread) {
+        iothread_free(f->iothread);
+    }
+    if (f->main_loop) {
+        event_loop_free(f->main_loop);
+    }
+    for (unsigned i = 0; i < f->nq; i++) {
+        if (f->q[i]) {
+            virtio_blk_queue_free(f->q[i]);
+        }
+        if (f->vq[i]) {
+            virtqueue_free(f->vq[i]);
+        }
+        if (f->tvq[i]) {
+            testvq_free(f->tvq[i]);
+        }
+    }
+    if (f->blk) {
+        virtio_blk_free(f->blk);
+    }
+    if (f->d) {
+        testdrv_free(f->d);
+    }
+    if (f->fd >= 0) {
+        close(f->fd);
+    }
+    if (f->path) {
+        unlink(f->path);
+        g_free(f->path);
+    }
+    memset(f, 0, sizeof(*f));
+    f->fd = -1;
+}

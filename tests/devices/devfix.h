@@ -1,0 +1,97 @@
+/*
+ * The device fixture of the tests of src/devices: one virtio-blk device with
+ * both request paths (a DpSwitch over a BlockBackend and an iothread), its
+ * queues attached to the in-process test driver (tests/driver/testdrv.h),
+ * built the way virtio-blk-pci builds it (blk_open_host, blk_configure,
+ * blk_start_paths) but without PCI or KVM.
+ *
+ * devfix_init() builds everything and creates the DpSwitch without starting
+ * it, so a test can set hooks, error policies or injection rules first;
+ * devfix_start() starts it on one path; devfix_fini() stops and frees it
+ * all (a test may free f->sw itself first and set it to NULL).
+ *
+ * Context: the test's main thread, which is the main loop's.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef VBLK_TESTS_DEVFIX_H
+#define VBLK_TESTS_DEVFIX_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dataplane/dataplane.h"
+#include "devices/dp-switch.h"
+#include "testdrv.h"
+
+#define DEVFIX_MAX_QUEUES 4
+
+typedef struct DevFixConf {
+    /* -drive options, or -blockdev ones if they have "driver="; "%s" is the image. */
+    const char *drive;
+    const char *image;   /* the image (a path, an NBD URI); NULL: a new file, see @dir */
+    const char *dir;     /* where the new file goes (NULL: g_get_tmp_dir()); unlinked at fini */
+    uint64_t bytes;      /* the disk's size: the new file's and the device's capacity */
+    uint64_t ram_size;   /* the test driver's guest RAM */
+    unsigned num_queues; /* 0: 1 */
+    unsigned queue_size;
+    const char *iothread; /* its name */
+    const char *id;       /* the DpSwitch's device id (NULL: none) */
+    /* The dataplane's fd is opened as virtio-blk-pci does (the drive's mode, O_DIRECT with
+     * cache.direct), or read-only with @dataplane_read_only (its writes fail). */
+    bool dataplane_read_only;
+    /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, native or
+     * io_uring); fd, direct and nbd are filled in. */
+    IOQConfig ioq;
+} DevFixConf;
+
+typedef struct DevFix {
+    char *path; /* the file devfix_init() created (NULL if conf.image was given) */
+    int fd;     /* the dataplane's (-1 for nbd) */
+    TestDrv *d;
+    VirtIOBlk *blk;
+    EventLoop *main_loop;
+    IOThread *iothread;
+    BlockBackend *backend;
+    BlockHostInfo hi; /* the backend's, as virtio-blk-pci reads it */
+    DpSwitchConf swconf;
+    DpSwitch *sw;
+    uint64_t features;
+    unsigned nq;
+    TestVq *tvq[DEVFIX_MAX_QUEUES];
+    VirtQueue *vq[DEVFIX_MAX_QUEUES];
+    VirtIOBlkQueue *q[DEVFIX_MAX_QUEUES];
+    DataPlaneQueue dq[DEVFIX_MAX_QUEUES];
+    /* Guest threads (devfix_guest_start), one per queue at most. */
+    GThread *guest[DEVFIX_MAX_QUEUES];
+    unsigned nguests;
+    bool guests_stop;     /* main -> guests */
+    unsigned guests_done; /* guests -> main */
+} DevFix;
+
+/*
+ * Build the device of @c into @f (not started). With @errp NULL a failure
+ * fails the test; otherwise it is returned there (with what failed) and @f
+ * is left as far as it got, for devfix_fini().
+ */
+bool devfix_init(DevFix *f, const DevFixConf *c, GError **errp);
+/* Start serving the queues on the dataplane (@dataplane) or the block layer; @errp as above. */
+bool devfix_start(DevFix *f, bool dataplane, GError **errp);
+/*
+ * Guest threads: @fn(@opaque) drives queues from its own thread until
+ * devfix_guests_stopping() (then it finishes what it has in flight and calls
+ * devfix_guest_done()). devfix_stop_guests() tells them, serves the main
+ * loop (the block-layer path needs it to drain) until every one is done, and
+ * joins them.
+ */
+void devfix_guest_start(DevFix *f, GThreadFunc fn, void *opaque);
+/* Context: a guest thread */
+bool devfix_guests_stopping(DevFix *f);
+/* Context: a guest thread, last */
+void devfix_guest_done(DevFix *f);
+void devfix_stop_guests(DevFix *f);
+/* Stop and free everything devfix_init() built; closes the fd, unlinks a file it created. */
+void devfix_fini(DevFix *f);
+
+#endif /* VBLK_TESTS_DEVFIX_H */
