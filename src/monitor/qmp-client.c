@@ -46,6 +46,7 @@ struct QmpClient {
     int rfd, wfd;
     bool is_socket;
     bool closed, eof, busy, negotiated, oob_enabled;
+    bool wdead; /* the peer stopped reading: output is dropped, input still runs */
     GSource *src;
     gpointer rtag, wtag;
     JsonStream js;
@@ -157,8 +158,8 @@ static ssize_t client_write(QmpClient *c, const char *buf, size_t len)
     return write(c->wfd, buf, len);
 }
 
-/* Returns false if the client was closed. */
-static bool client_flush(QmpClient *c)
+/* Write what the peer will take now; a peer that stopped reading gets nothing more. */
+static void client_flush(QmpClient *c)
 {
     while (out_pending(c)) {
         ssize_t n = client_write(c, c->out->str + c->out_pos, c->out->len - c->out_pos);
@@ -169,8 +170,18 @@ static bool client_flush(QmpClient *c)
             break;
         }
         if (n <= 0) {
-            client_close(c); /* EPIPE, ECONNRESET: peer went away mid-reply */
-            return false;
+            /*
+             * EPIPE, ECONNRESET: the peer stopped reading (it may have
+             * closed right after writing). What it sent before is still
+             * read and run, as QEMU does (`echo quit | socat - UNIX:...`
+             * quits: the first echoed character used to fail here and
+             * drop the rest of the line); what we would answer is dropped.
+             * The client closes at EOF, as always.
+             */
+            c->wdead = true;
+            g_string_truncate(c->out, 0);
+            c->out_pos = 0;
+            break;
         }
         c->out_pos += n;
     }
@@ -182,12 +193,11 @@ static bool client_flush(QmpClient *c)
         c->out_pos = 0;
     }
     client_update_poll(c);
-    return true;
 }
 
 static void client_send_line(QmpClient *c, const char *line, size_t len)
 {
-    if (c->closed) {
+    if (c->closed || c->wdead) {
         return;
     }
     if (c->out->len - c->out_pos + len > QMP_MAX_OUTBUF) {

@@ -89,11 +89,15 @@ static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq
 /* The device and its queues on the test driver's rings. */
 static bool devfix_device(DevFix *f, const DevFixConf *c, GError **err)
 {
-    TestDrvOpts dopts = {.ram_size = c->ram_size};
+    TestDrvOpts dopts = {.ram_size = c->ram_size, .nregions = c->nregions};
     VirtIOBlkConf conf;
 
     f->d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, c->bytes / 512);
+    if (c->blk_conf) {
+        conf = *c->blk_conf;
+    } else {
+        virtio_blk_conf_init(&conf, c->bytes / 512);
+    }
     conf.num_queues = f->nq;
     conf.queue_size = c->queue_size;
     conf.writeback = blk_enable_write_cache(f->backend);
@@ -101,7 +105,8 @@ static bool devfix_device(DevFix *f, const DevFixConf *c, GError **err)
     if (!f->blk) {
         return false;
     }
-    f->features = testdrv_negotiate(virtio_blk_get_host_features(f->blk), ~0ull);
+    f->features = testdrv_negotiate(virtio_blk_get_host_features(f->blk),
+                                    c->driver_features ? c->driver_features : ~0ull);
     if (!virtio_blk_set_features(f->blk, f->features, err)) {
         return false;
     }

@@ -44,6 +44,11 @@ typedef struct DevFixConf {
     /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, native or
      * io_uring); fd, direct and nbd are filled in. */
     IOQConfig ioq;
+    /* The device's configuration (NULL: the defaults for @bytes); its num_queues,
+     * queue_size and writeback are the fixture's. */
+    const VirtIOBlkConf *blk_conf;
+    uint64_t driver_features; /* what the driver accepts of the offer (0: everything) */
+    unsigned nregions;        /* guest RAM regions (0: 1) */
 } DevFixConf;
 
 typedef struct DevFix {

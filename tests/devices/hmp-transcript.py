@@ -217,6 +217,41 @@ def socket_tests(helper, tmp):
     check(p.returncode == 0, "helper exit status %s after quit" % p.returncode)
 
 
+def write_and_close_tests(helper, tmp):
+    """`echo quit | socat - UNIX:...`: commands sent by a client that closes at once still run.
+
+    The echo of the first typed character used to fail (EPIPE) and close the
+    session, dropping the rest of the line: vblk never quit. Same for QMP.
+    """
+    img = os.path.join(tmp, "wc.img")
+    with open(img, "wb") as f:
+        f.truncate(1 << 20)
+    for mode, payload in (("hmp", b"quit\n"),
+                          ("qmp", b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n')):
+        for trial in range(3):
+            path = os.path.join(tmp, "wc-%s-%d.sock" % (mode, trial))
+            env = helper_env("unix:%s,server=on,wait=off" % path)
+            if mode == "qmp":
+                env = dict(os.environ)
+                env["QMP_MONITOR"] = "unix:%s,server=on,wait=off" % path
+            p = subprocess.Popen([helper, "drive", "id=drive0,file=%s,format=raw" % img, "vd0"],
+                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            try:
+                s = wait_socket(path, p)
+                if mode == "hmp":
+                    buf = b""
+                    while b"(qemu) " not in buf:
+                        buf += s.recv(4096)
+                s.sendall(payload)
+                s.close()
+                p.wait(timeout=10)
+                check(p.returncode == 0, "%s: quit then close at once: status %s" % (mode, p.returncode))
+            except Exception as e:  # noqa: BLE001
+                check(False, "%s: quit then close at once (try %d): %s" % (mode, trial, e))
+                p.kill()
+                p.wait()
+
+
 def telnet_test(helper, tmp):
     img = os.path.join(tmp, "tel.img")
     with open(img, "wb") as f:
@@ -507,6 +542,7 @@ def main():
     helper = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="hmp-") as tmp:
         socket_tests(helper, tmp)
+        write_and_close_tests(helper, tmp)
         telnet_test(helper, tmp)
         hmc_test(helper, tmp)
         pty_test(helper, tmp)

@@ -10,6 +10,7 @@
  * usage: qmp-blk-helper drive|blockdev OPTS DEVICE-ID [IOTHREAD-ID]
  *   drive:    OPTS as -drive (id=, file=, format=, cache=, aio=, ...)
  *   blockdev: OPTS as one -blockdev (driver=raw,node-name=...,file.driver=...)
+ * $QMP_MONITOR opens QMP there (as -qmp) instead of on stdio.
  * With $HMP_MONITOR set, the monitor is the human one instead, opened as
  * "-monitor $HMP_MONITOR" (stdio, unix:PATH,server=on,wait=off, telnet:...).
  */
@@ -105,8 +106,9 @@ int main(int argc, char **argv)
         if (!qmp_monitor_add_hmp(g_getenv("HMP_MONITOR"), &err)) {
             die("-monitor", err);
         }
-    } else if (!qmp_monitor_add_qmp("stdio", &err)) {
-        die("-qmp stdio", err);
+    } else if (!qmp_monitor_add_qmp(g_getenv("QMP_MONITOR") ? g_getenv("QMP_MONITOR") : "stdio",
+                                    &err)) {
+        die("-qmp", err);
     }
     g_main_loop_run(loop);
 

@@ -698,11 +698,35 @@ else
 fi
 }
 
+# 18. The unit tests that need a working /dev/kvm (test-vmm-kvm: tiny guests
+# through vblk's command line, QMP, HMP, reset and exits; test-vmm-virtio-pci:
+# the transport's reset and its hostile-driver cases). Where the unit suites run,
+# /dev/kvm may be missing or unable to run a guest (kvm-pvm), so they skip
+# there; scripts/systest copies both binaries into L1. Every subtest must run:
+# a SKIP here is a failure.
+s18() {
+for t in test-vmm-kvm test-vmm-virtio-pci; do
+    f=$(dirname "$0")/$t
+    if [ ! -x "$f" ]; then
+        nok "$t in L1: the binary was not copied in"
+        continue
+    fi
+    VBLK_BIN=$VBLK_BIN timeout -k 10 600 "$f" >"$dir/$t.log" 2>&1; r=$?
+    pass=$(grep -c '^ok ' "$dir/$t.log"); skip=$(grep -c '^ok .*# SKIP' "$dir/$t.log")
+    bad=$(grep -c '^not ok ' "$dir/$t.log")
+    if [ $r -eq 0 ] && [ "$pass" -gt 0 ] && [ "$skip" -eq 0 ] && [ "$bad" -eq 0 ]; then
+        ok "$t with /dev/kvm: $pass subtests, none skipped"
+    else
+        nok "$t with /dev/kvm (status $r, $pass ok, $skip skipped, $bad failed)" "$dir/$t.log"
+    fi
+done
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=17
+nsections=18
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}

@@ -2,6 +2,8 @@
  * A vblk process for the KVM tests: see vblkproc.h.
  */
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <glib/gstdio.h>
 #include <stdarg.h>
 #include <string.h>
@@ -164,6 +166,11 @@ char *vblkproc_wait(VblkProc *p, const char *needle)
             g_string_erase(p->acc, 0, len);
             return out;
         }
+        struct pollfd pfd = {.fd = p->fd, .events = POLLIN};
+
+        if (poll(&pfd, 1, 60000) != 1) {
+            g_error("no QMP \"%s\" within 60 s; got: %s", needle, p->acc->str);
+        }
         r = read(p->fd, buf, sizeof(buf));
         if (r <= 0) {
             g_error("QMP closed before \"%s\"; got: %s", needle, p->acc->str);
@@ -183,12 +190,36 @@ void vblkproc_end(VblkProc *p, char **serial)
     g_assert_cmpint(vblkproc_end_status(p, serial, NULL), ==, 0);
 }
 
+/*
+ * Wait for vblk to end, at most 90 s (a slow nested L1 included). One that
+ * does not is a failure, never a hang of the suite: SIGUSR2 has it dump every
+ * thread's state on its stderr first, then SIGKILL.
+ */
+static void vblkproc_reap(VblkProc *p, int *status)
+{
+    gint64 deadline = g_get_monotonic_time() + 90 * G_USEC_PER_SEC;
+    pid_t r;
+
+    while ((r = waitpid(p->pid, status, WNOHANG)) == 0 && g_get_monotonic_time() < deadline) {
+        g_usleep(10000);
+    }
+    if (r == p->pid) {
+        return;
+    }
+    kill(p->pid, SIGUSR2);
+    g_usleep(3 * G_USEC_PER_SEC);
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, status, 0);
+    g_error("vblk (pid %d) did not end within 90 s of its test's end; its state is above",
+            (int)p->pid);
+}
+
 int vblkproc_end_status(VblkProc *p, char **serial, char **err)
 {
     int status;
 
     close(p->fd);
-    g_assert_cmpint(waitpid(p->pid, &status, 0), ==, p->pid);
+    vblkproc_reap(p, &status);
     g_spawn_close_pid(p->pid);
     if (serial) {
         g_assert_true(g_file_get_contents(p->log, serial, NULL, NULL));
