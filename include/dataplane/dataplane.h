@@ -100,6 +100,15 @@ typedef struct DataPlaneConf {
      * reaped. 0: DATAPLANE_COMPLETE_BATCH; UINT_MAX: one group per reap.
      */
     unsigned complete_batch;
+    /*
+     * Optional, for a device whose queues are split between several
+     * dataplanes (one per iothread): @acct is the device's array of
+     * accounting shards, one per device queue, and @queue_index[i] the device
+     * index of this dataplane's queue i, whose requests are counted in
+     * @acct[queue_index[i]]. Both borrowed. NULL: the dataplane's own shards.
+     */
+    BlockAcctShard *acct;
+    const unsigned *queue_index;
     /* Optional: I/O errors reported to @error_hook in @main_loop's thread. */
     EventLoop *main_loop;
     DataPlaneErrorHook *error_hook;
@@ -169,7 +178,8 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
 
 /*
- * Accounting: one shard per queue (@n = num_queues), written by the iothread,
+ * Accounting: one shard per queue (@n = num_queues), written by the iothread
+ * (the device's, as given in DataPlaneConf.acct, when it gave them),
  * for blk_acct_attach_shards() (query-blockstats). Each request is counted
  * once at completion (a writethrough write with its flush as one write);
  * requests the engine refused (range, alignment) and IOQ refusals count as

@@ -602,6 +602,13 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
                     conf->queue_size);
         return NULL;
     }
+    for (unsigned i = 0; conf->acct && conf->queue_index && i < conf->num_queues; i++) {
+        if (conf->queue_index[i] >= DATAPLANE_MAX_QUEUES) {
+            g_set_error(errp, DATAPLANE_ERROR, EINVAL, "dataplane: queue index %u out of range",
+                        conf->queue_index[i]);
+            return NULL;
+        }
+    }
     if (!ioqc.queue_depth) {
         ioqc.queue_depth = conf->num_queues * conf->queue_size;
     }
@@ -618,7 +625,11 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         g_free(dp);
         return NULL;
     }
-    dp->acct = g_new0(BlockAcctShard, dp->nq);
+    if (conf->acct && conf->queue_index) {
+        /* queue_index checked above */
+    } else {
+        dp->acct = g_new0(BlockAcctShard, dp->nq);
+    }
     for (unsigned i = 0; i < dp->nq; i++) {
         static const BlockAcctStats no_histogram;
 
@@ -629,8 +640,13 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
         dp->queues[i].start_ns = g_new0(int64_t, dp->qsize);
         dp->queues[i].seq = g_new0(uint64_t, dp->qsize);
-        dp->queues[i].acct = &dp->acct[i];
-        block_acct_shard_init(&dp->acct[i], &no_histogram);
+        if (dp->acct) {
+            dp->queues[i].acct = &dp->acct[i];
+            block_acct_shard_init(&dp->acct[i], &no_histogram);
+        } else {
+            /* The device's shard: initialised and attached by the owner, and kept. */
+            dp->queues[i].acct = &conf->acct[conf->queue_index[i]];
+        }
     }
     throttle_limits_init(&ts_limits);
     throttle_state_config(&dp->ts, &ts_limits, event_clock_ns());
@@ -951,7 +967,7 @@ void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
 BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n)
 {
     DP_ASSERT_CONTROL(dp);
-    *n = dp->nq;
+    *n = dp->acct ? dp->nq : 0;
     return dp->acct;
 }
 
