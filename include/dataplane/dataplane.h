@@ -109,6 +109,11 @@ typedef struct DataPlaneConf {
      */
     BlockAcctShard *acct;
     const unsigned *queue_index;
+    /*
+     * With @acct: the most queues dataplane_set_queues() may give it later
+     * (slots are made for that many now); 0: num_queues.
+     */
+    unsigned max_queues;
     /* Optional: I/O errors reported to @error_hook in @main_loop's thread. */
     EventLoop *main_loop;
     DataPlaneErrorHook *error_hook;
@@ -170,6 +175,17 @@ void dataplane_drain(DataPlane *dp);
 /* Stop if started, then free. NULL is ignored. Context: control thread */
 void dataplane_destroy(DataPlane *dp);
 
+/*
+ * Serve other device queues from now on: @n (0..max_queues) of them, whose
+ * device indices (into DataPlaneConf.acct) are @queue_index. Only while
+ * stopped, only for a dataplane made with DataPlaneConf.acct. The IOQ and
+ * the iothread stay; the queues' counters (dataplane_get_queue_stats())
+ * start from zero. A dataplane with no queue cannot be started.
+ * Context: control thread (not the iothread)
+ */
+bool dataplane_set_queues(DataPlane *dp, const unsigned *queue_index, unsigned n, GError **errp);
+/* Queues served (num_queues, or as dataplane_set_queues() last said). Context: control thread */
+unsigned dataplane_num_queues(DataPlane *dp);
 /* Context: any thread */
 bool dataplane_is_started(DataPlane *dp);
 /* Context: any thread */

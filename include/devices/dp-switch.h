@@ -62,7 +62,10 @@ typedef struct DpSwitchStats {
     uint64_t last_stall_ns; /* duration of the last change (no request is popped meanwhile) */
     uint64_t max_stall_ns;
     uint64_t total_stall_ns;
-    uint64_t remaps; /* completed dp_switch_remap() calls */
+    uint64_t remaps;        /* completed dp_switch_remap() calls */
+    uint64_t last_remap_ns; /* duration of the last remap (moving queues pop nothing meanwhile) */
+    uint64_t max_remap_ns;
+    uint64_t total_remap_ns;
 } DpSwitchStats;
 
 /* Context: main loop, BQL held */

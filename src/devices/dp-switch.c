@@ -47,7 +47,13 @@ typedef struct SwDp {
 struct DpSwitch {
     DpSwitchConf conf;
     IOThread *map[DATAPLANE_MAX_QUEUES]; /* each queue's iothread */
-    SwDp *dps;                           /* one per distinct iothread of @map */
+    /*
+     * One dataplane per iothread the device ever used: those of @map serve
+     * their queues (n > 0), the others are idle (n == 0, stopped) and kept
+     * with their IOQ for the next remap to them (an IOQ is dear to make and
+     * to free: io_destroy() waits for an RCU grace period).
+     */
+    SwDp *dps;
     unsigned ndp;
     BlockAcctShard *acct;                               /* one per device queue */
     DataPlaneQueueStats retired[DATAPLANE_MAX_QUEUES]; /* of dataplanes freed by remaps */
@@ -177,15 +183,28 @@ static void throttle_to_dataplane(DpSwitch *sw)
 
     blk_get_throttle_state(sw->conf.backend, &ts);
     for (unsigned i = 0; i < sw->ndp; i++) {
-        dataplane_set_throttle_state(sw->dps[i].dp, &ts);
+        if (sw->dps[i].n) {
+            dataplane_set_throttle_state(sw->dps[i].dp, &ts);
+        }
     }
+}
+
+/* The first dataplane that serves queues (there is always one). */
+static SwDp *first_active(DpSwitch *sw)
+{
+    for (unsigned i = 0; i < sw->ndp; i++) {
+        if (sw->dps[i].n) {
+            return &sw->dps[i];
+        }
+    }
+    g_assert_not_reached();
 }
 
 static void throttle_to_block_layer(DpSwitch *sw)
 {
     ThrottleState ts;
 
-    dataplane_get_throttle_state(sw->dps[0].dp, &ts);
+    dataplane_get_throttle_state(first_active(sw)->dp, &ts);
     blk_set_throttle_state(sw->conf.backend, &ts);
 }
 
@@ -240,7 +259,9 @@ void dp_switch_resume(DpSwitch *sw)
     DP_SWITCH_ASSERT_CONTROL(sw->conf.iothread);
     if (sw->started && sw->on_dataplane) {
         for (unsigned i = 0; i < sw->ndp; i++) {
-            dataplane_resume(sw->dps[i].dp);
+            if (sw->dps[i].n) {
+                dataplane_resume(sw->dps[i].dp);
+            }
         }
     }
 }
@@ -287,6 +308,7 @@ static bool sw_dp_create(DpSwitch *sw, SwDp *g, GError **errp)
         .iothread = g->iothread,
         .ioq = sw->conf.ioq,
         .num_queues = g->n,
+        .max_queues = sw->conf.num_queues,
         .queue_size = sw->conf.queue_size,
         .no_flush = sw->conf.no_flush,
         .acct = sw->acct,
@@ -307,8 +329,8 @@ static bool sw_dp_create(DpSwitch *sw, SwDp *g, GError **errp)
     return true;
 }
 
-/* Keep the counters of @g's queues, then free its (stopped) dataplane. */
-static void sw_dp_destroy(DpSwitch *sw, SwDp *g)
+/* Keep the counters of @g's queues (stopped): its dataplane forgets them. */
+static void sw_dp_retire(DpSwitch *sw, SwDp *g)
 {
     for (unsigned i = 0; g->dp && i < g->n; i++) {
         DataPlaneQueueStats st;
@@ -328,8 +350,6 @@ static void sw_dp_destroy(DpSwitch *sw, SwDp *g)
         r->cycles_complete += st.cycles_complete;
         r->cycles_notify += st.cycles_notify;
     }
-    dataplane_destroy(g->dp);
-    g->dp = NULL;
 }
 
 static bool sw_dp_start(DpSwitch *sw, SwDp *g, GError **errp)
@@ -345,7 +365,7 @@ static bool sw_dp_start(DpSwitch *sw, SwDp *g, GError **errp)
 static void dataplanes_stop(DpSwitch *sw)
 {
     for (unsigned i = 0; i < sw->ndp; i++) {
-        dataplane_stop(sw->dps[i].dp);
+        dataplane_stop(sw->dps[i].dp); /* idle ones: a no-op */
     }
 }
 
@@ -353,7 +373,7 @@ static void dataplanes_stop(DpSwitch *sw)
 static bool dataplanes_start(DpSwitch *sw, GError **errp)
 {
     for (unsigned i = 0; i < sw->ndp; i++) {
-        if (!sw_dp_start(sw, &sw->dps[i], errp)) {
+        if (sw->dps[i].n && !sw_dp_start(sw, &sw->dps[i], errp)) {
             while (i-- > 0) {
                 dataplane_stop(sw->dps[i].dp);
             }
@@ -372,7 +392,7 @@ static bool dataplanes_try_stop(DpSwitch *sw, GError **errp)
     for (unsigned i = 0; i < sw->ndp; i++) {
         if (!dataplane_try_stop(sw->dps[i].dp, errp)) {
             while (i-- > 0) {
-                if (!sw_dp_start(sw, &sw->dps[i], NULL)) {
+                if (sw->dps[i].n && !sw_dp_start(sw, &sw->dps[i], NULL)) {
                     error_report_id(sw->conf.id, "queues of iothread %u lost their dataplane", i);
                 }
             }
@@ -413,7 +433,7 @@ DpSwitch *dp_switch_new(const DpSwitchConf *conf, GError **errp)
     for (unsigned i = 0; i < sw->ndp; i++) {
         if (!sw_dp_create(sw, &sw->dps[i], errp)) {
             while (i-- > 0) {
-                sw_dp_destroy(sw, &sw->dps[i]);
+                dataplane_destroy(sw->dps[i].dp);
             }
             blk_acct_detach_shards(conf->backend);
             g_free(sw->acct);
@@ -534,22 +554,24 @@ bool dp_switch_set_dataplane(DpSwitch *sw, bool on, GError **errp)
     return true;
 }
 
-static bool same_group(const SwDp *a, const SwDp *b)
+static bool same_queues(const SwDp *a, const SwDp *b)
 {
-    return a->iothread == b->iothread && a->n == b->n &&
-           !memcmp(a->qidx, b->qidx, a->n * sizeof(a->qidx[0]));
+    return a->n == b->n && !memcmp(a->qidx, b->qidx, a->n * sizeof(a->qidx[0]));
 }
 
 /* Context: main loop, BQL held */
 bool dp_switch_remap(DpSwitch *sw, IOThread *const *map, unsigned n, GError **errp)
 {
     unsigned nq = sw->conf.num_queues;
-    g_autofree SwDp *next = NULL;
-    g_autofree bool *keep = NULL;  /* old dataplane i serves the same queues afterwards */
-    g_autofree bool *reuse = NULL; /* new group j is an old dataplane */
-    bool running;
-    unsigned nnext;
+    g_autofree SwDp *next = NULL;  /* the groups of @map */
+    g_autofree SwDp *fresh = NULL; /* dataplanes made for iothreads new to the device */
+    g_autofree int *want = NULL;   /* pool entry i -> its group in @next, or -1 */
+    g_autofree bool *changed = NULL;
+    unsigned nnext, nfresh = 0;
+    bool running = sw->started && sw->on_dataplane;
     ThrottleState ts;
+    int64_t t0 = event_clock_ns();
+    uint64_t ns;
 
     DP_SWITCH_ASSERT_CONTROL(sw->conf.iothread);
     if (n != nq) {
@@ -565,84 +587,123 @@ bool dp_switch_remap(DpSwitch *sw, IOThread *const *map, unsigned n, GError **er
         assert(!event_loop_in_owner(iothread_get_loop(map[q])));
     }
     next = g_new0(SwDp, nq);
-    keep = g_new0(bool, sw->ndp);
-    reuse = g_new0(bool, nq);
+    fresh = g_new0(SwDp, nq);
+    want = g_new0(int, sw->ndp);
+    changed = g_new0(bool, sw->ndp);
     nnext = group_map(nq, map, next);
-    for (unsigned j = 0; j < nnext; j++) {
-        for (unsigned i = 0; i < sw->ndp; i++) {
-            if (!keep[i] && same_group(&sw->dps[i], &next[j])) {
-                keep[i] = reuse[j] = true;
-                next[j].dp = sw->dps[i].dp;
+    for (unsigned i = 0; i < sw->ndp; i++) {
+        want[i] = -1;
+        for (unsigned j = 0; j < nnext; j++) {
+            if (next[j].iothread == sw->dps[i].iothread) {
+                want[i] = (int)j;
             }
         }
+        changed[i] = want[i] < 0 ? sw->dps[i].n > 0 : !same_queues(&sw->dps[i], &next[want[i]]);
     }
-    /* New dataplanes first: nothing has moved if one cannot be made. */
+    /* Dataplanes for new iothreads first: nothing has moved if one cannot be made. */
     for (unsigned j = 0; j < nnext; j++) {
-        if (!reuse[j] && !sw_dp_create(sw, &next[j], errp)) {
-            while (j-- > 0) {
-                if (!reuse[j]) {
-                    dataplane_destroy(next[j].dp);
-                }
+        bool known = false;
+
+        for (unsigned i = 0; i < sw->ndp; i++) {
+            known |= want[i] == (int)j;
+        }
+        if (known) {
+            continue;
+        }
+        fresh[nfresh] = next[j];
+        if (!sw_dp_create(sw, &fresh[nfresh], errp)) {
+            while (nfresh-- > 0) {
+                dataplane_destroy(fresh[nfresh].dp);
             }
             return false;
         }
+        nfresh++;
     }
-    running = sw->started && sw->on_dataplane;
-    dataplane_get_throttle_state(sw->dps[0].dp, &ts);
-    /* Quiesce the dataplanes that lose or gain queues: their in-flight I/O completes. */
+    dataplane_get_throttle_state(first_active(sw)->dp, &ts);
+    /*
+     * Quiesce the dataplanes that lose or gain queues, each in its iothread:
+     * notifiers detached and test-and-cleared, in-flight I/O drained,
+     * completions published. The others keep running.
+     */
     for (unsigned i = 0; running && i < sw->ndp; i++) {
-        if (!keep[i] && !dataplane_try_stop(sw->dps[i].dp, errp)) {
+        if (changed[i] && sw->dps[i].n && !dataplane_try_stop(sw->dps[i].dp, errp)) {
             g_prefix_error(errp, "queues not moved: ");
             while (i-- > 0) {
-                if (!keep[i] && !sw_dp_start(sw, &sw->dps[i], NULL)) {
+                if (changed[i] && sw->dps[i].n && !sw_dp_start(sw, &sw->dps[i], NULL)) {
                     error_report_id(sw->conf.id, "queues of iothread %u lost their dataplane", i);
                 }
             }
-            for (unsigned j = 0; j < nnext; j++) {
-                if (!reuse[j]) {
-                    dataplane_destroy(next[j].dp);
-                }
+            while (nfresh-- > 0) {
+                dataplane_destroy(fresh[nfresh].dp);
             }
             return false;
         }
     }
-    if (running) {
-        /* Levels of a stopped dataplane, so that the move gives no free tokens. */
-        for (unsigned i = 0; i < sw->ndp; i++) {
-            if (!keep[i]) {
-                dataplane_get_throttle_state(sw->dps[i].dp, &ts);
-                break;
-            }
+    /* Levels of a stopped dataplane, so that the move gives no free tokens. */
+    for (unsigned i = 0; running && i < sw->ndp; i++) {
+        if (changed[i] && sw->dps[i].n) {
+            dataplane_get_throttle_state(sw->dps[i].dp, &ts);
+            break;
         }
     }
+    /* Stopped ones take their new queue sets (none: idle); the IOQ stays. */
     for (unsigned i = 0; i < sw->ndp; i++) {
-        if (!keep[i]) {
-            sw_dp_destroy(sw, &sw->dps[i]);
-        }
-    }
-    /* The ring state is in each VirtQueue: the new owner goes on where the old one stopped. */
-    memcpy(sw->dps, next, nnext * sizeof(*next));
-    sw->ndp = nnext;
-    memcpy(sw->map, map, nq * sizeof(*map));
-    for (unsigned j = 0; j < nnext; j++) {
-        if (reuse[j]) {
+        SwDp *g = &sw->dps[i];
+        static const SwDp none;
+        const SwDp *to = want[i] >= 0 ? &next[want[i]] : &none;
+
+        if (!changed[i]) {
             continue;
         }
-        dataplane_set_throttle_state(sw->dps[j].dp, &ts);
-        if (running && !sw_dp_start(sw, &sw->dps[j], errp)) {
-            /* Cannot happen short of running out of fds: keep the queues served. */
-            g_prefix_error(errp, "queues of iothread %u not started: ", j);
-            dataplanes_stop(sw);
-            throttle_to_block_layer(sw);
-            if (bl_attach(sw, NULL)) {
-                __atomic_store_n(&sw->on_dataplane, false, __ATOMIC_RELEASE);
-            } else {
-                error_report_id(sw->conf.id, "the device lost both request paths");
+        sw_dp_retire(sw, g);
+        if (!dataplane_set_queues(g->dp, to->qidx, to->n, errp)) {
+            g_assert_not_reached(); /* stopped, made for every queue of the device */
+        }
+        g->n = to->n;
+        memcpy(g->qidx, to->qidx, to->n * sizeof(to->qidx[0]));
+    }
+    if (nfresh) {
+        sw->dps = g_renew(SwDp, sw->dps, sw->ndp + nfresh);
+        memcpy(&sw->dps[sw->ndp], fresh, nfresh * sizeof(*fresh));
+    }
+    {
+        unsigned old = sw->ndp;
+
+        sw->ndp += nfresh;
+        memcpy(sw->map, map, nq * sizeof(*map));
+        /*
+         * Start where the old owners stopped: the ring state is in each
+         * VirtQueue, and the start's one pass picks up what the guest
+         * queued meanwhile.
+         */
+        for (unsigned i = 0; i < sw->ndp; i++) {
+            SwDp *g = &sw->dps[i];
+
+            if (!g->n || (i < old && !changed[i])) {
+                continue;
             }
-            return false;
+            dataplane_set_throttle_state(g->dp, &ts);
+            if (running && !sw_dp_start(sw, g, errp)) {
+                /* Cannot happen short of running out of fds: keep the queues served. */
+                g_prefix_error(errp, "queues of iothread %u not started: ", i);
+                dataplanes_stop(sw);
+                throttle_to_block_layer(sw);
+                if (bl_attach(sw, NULL)) {
+                    __atomic_store_n(&sw->on_dataplane, false, __ATOMIC_RELEASE);
+                } else {
+                    error_report_id(sw->conf.id, "the device lost both request paths");
+                }
+                return false;
+            }
         }
     }
+    ns = (uint64_t)(event_clock_ns() - t0);
     sw->st.remaps++;
+    sw->st.last_remap_ns = ns;
+    sw->st.total_remap_ns += ns;
+    if (ns > sw->st.max_remap_ns) {
+        sw->st.max_remap_ns = ns;
+    }
     return true;
 }
 
@@ -661,32 +722,42 @@ bool dp_switch_is_dataplane(DpSwitch *sw)
 /* Context: any thread */
 DataPlane *dp_switch_dataplane(DpSwitch *sw)
 {
-    return sw->dps[0].dp;
+    return first_active(sw)->dp;
 }
 
 /* Context: main loop, BQL held */
 unsigned dp_switch_num_dataplanes(DpSwitch *sw)
 {
-    return sw->ndp;
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < sw->ndp; i++) {
+        n += sw->dps[i].n > 0;
+    }
+    return n;
 }
 
 /* Context: main loop, BQL held */
 DataPlane *dp_switch_get_dataplane(DpSwitch *sw, unsigned i, IOThread **iothread,
                                    const unsigned **qidx, unsigned *n)
 {
-    if (i >= sw->ndp) {
-        return NULL;
+    for (unsigned k = 0; k < sw->ndp; k++) {
+        SwDp *g = &sw->dps[k];
+
+        if (!g->n || i--) {
+            continue;
+        }
+        if (iothread) {
+            *iothread = g->iothread;
+        }
+        if (qidx) {
+            *qidx = g->qidx;
+        }
+        if (n) {
+            *n = g->n;
+        }
+        return g->dp;
     }
-    if (iothread) {
-        *iothread = sw->dps[i].iothread;
-    }
-    if (qidx) {
-        *qidx = sw->dps[i].qidx;
-    }
-    if (n) {
-        *n = sw->dps[i].n;
-    }
-    return sw->dps[i].dp;
+    return NULL;
 }
 
 /* Context: main loop, BQL held */
