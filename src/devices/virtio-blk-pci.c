@@ -56,21 +56,46 @@ static bool blk_pci_iothread_exists(const char *id, void *opaque)
     return false;
 }
 
+typedef struct RegistryLookup {
+    const char *id;
+    IOThread *found;
+} RegistryLookup;
+
+static void registry_match(const char *id, IOThread *t, const IOThreadParams *p, void *opaque)
+{
+    RegistryLookup *l = opaque;
+
+    if (!strcmp(id, l->id)) {
+        l->found = t;
+    }
+}
+
+/* Without a machine (the QMP test helper): the iothreads already running. */
+static bool blk_pci_registry_has(const char *id, void *opaque)
+{
+    RegistryLookup l = {.id = id};
+
+    iothread_registry_foreach(registry_match, &l);
+    return l.found != NULL;
+}
+
 /*
  * Resolve @map (nothing changes on error) to one iothread per queue, into
- * @t and @ids (borrowed from @map).
+ * @t and @ids (borrowed from @map): the -object iothreads, as QEMU.
  */
 static bool blk_pci_resolve_map(VirtIOBlkPCI *s, const GPtrArray *map, IOThread **t,
                                 const char **ids, GError **errp)
 {
-    const VmmOptions *opts = machine_options(s->m);
+    const VmmOptions *opts = s->m ? machine_options(s->m) : NULL;
 
-    if (!vq_mapping_resolve(map, s->conf.num_queues, blk_pci_iothread_exists, (void *)opts, ids,
-                            errp)) {
+    if (!vq_mapping_resolve(map, s->conf.num_queues,
+                            opts ? blk_pci_iothread_exists : blk_pci_registry_has, (void *)opts,
+                            ids, errp)) {
         return false;
     }
     for (unsigned q = 0; q < s->conf.num_queues; q++) {
-        t[q] = blk_pci_named_iothread(opts, ids[q], errp);
+        t[q] = opts ? blk_pci_named_iothread(opts, ids[q], errp)
+                    : iothread_registry_get(ids[q], NULL, errp);
         if (!t[q]) {
             return false;
         }
