@@ -174,7 +174,7 @@ static bool bl_detach(DpSwitch *sw)
  * them (or nobody does), the dataplane's while it runs. Handing the levels
  * over, not just the limits, keeps a switch from giving free tokens.
  * With several iothreads each dataplane gets the drive's state and the
- * first one's levels come back (docs/ioq.md, "Multiqueue"): the limits hold
+ * first one's levels come back (docs/architecture.md, "Multiqueue"): the limits hold
  * per iothread, not for the drive as a whole.
  */
 static void throttle_to_dataplane(DpSwitch *sw)
