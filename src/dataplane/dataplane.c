@@ -972,6 +972,7 @@ bool dataplane_set_queues(DataPlane *dp, const unsigned *queue_index, unsigned n
 /* Context: control thread */
 unsigned dataplane_num_queues(DataPlane *dp)
 {
+    DP_ASSERT_CONTROL(dp);
     return dp->nq;
 }
 

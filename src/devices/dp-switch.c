@@ -710,6 +710,7 @@ bool dp_switch_remap(DpSwitch *sw, IOThread *const *map, unsigned n, GError **er
 /* Context: main loop, BQL held */
 void dp_switch_get_map(DpSwitch *sw, IOThread **map)
 {
+    THREAD_ASSERT_MAIN();
     memcpy(map, sw->map, sw->conf.num_queues * sizeof(*map));
 }
 
@@ -730,6 +731,7 @@ unsigned dp_switch_num_dataplanes(DpSwitch *sw)
 {
     unsigned n = 0;
 
+    THREAD_ASSERT_MAIN();
     for (unsigned i = 0; i < sw->ndp; i++) {
         n += sw->dps[i].n > 0;
     }
@@ -740,6 +742,7 @@ unsigned dp_switch_num_dataplanes(DpSwitch *sw)
 DataPlane *dp_switch_get_dataplane(DpSwitch *sw, unsigned i, IOThread **iothread,
                                    const unsigned **qidx, unsigned *n)
 {
+    THREAD_ASSERT_MAIN();
     for (unsigned k = 0; k < sw->ndp; k++) {
         SwDp *g = &sw->dps[k];
 
@@ -798,6 +801,7 @@ unsigned dp_switch_held_count(DpSwitch *sw)
 {
     unsigned n = 0;
 
+    THREAD_ASSERT_MAIN();
     for (unsigned i = 0; i < sw->ndp; i++) {
         n += dataplane_held_count(sw->dps[i].dp);
     }

@@ -457,6 +457,195 @@ static void test_remap_refused(void)
     testdrv_free(d);
 }
 
+/* One 512-byte write of @fill at @sector on @tvq (buffers at @base), published and kicked. */
+static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
+{
+    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
+    uint8_t data[512], ff = 0xff;
+    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
+    int hd;
+
+    memset(data, fill, sizeof(data));
+    testdrv_memwrite(d, base, &h, sizeof(h));
+    testdrv_memwrite(d, base + 512, data, sizeof(data));
+    testdrv_memwrite(d, base + 1024, &ff, 1);
+    hd = testvq_add_chain(tvq, bufs, 3);
+    g_assert_cmpint(hd, >=, 0);
+    testvq_publish(tvq, (uint16_t)hd);
+    testvq_kick(tvq);
+    return hd;
+}
+
+/* The next used head of @tvq within @ms, or -1; the main loop runs meanwhile. */
+static int next_used(TestVq *tvq, EventLoop *main_loop, int ms)
+{
+    gint64 end = g_get_monotonic_time() + ms * 1000;
+    uint16_t head;
+    uint32_t len;
+
+    while (g_get_monotonic_time() < end) {
+        if (testvq_get_used(tvq, &head, &len)) {
+            return head;
+        }
+        event_loop_run_once(main_loop, false);
+        testvq_wait_used(tvq, 5);
+    }
+    return -1;
+}
+
+/*
+ * werror=stop: a request held by a dataplane for 'cont' is never moved. A
+ * remap that would quiesce that dataplane is refused and moves nothing; one
+ * that leaves it alone goes ahead; after 'cont' the held request completes
+ * once and the queue can move.
+ */
+static void test_remap_held(void)
+{
+    char *path = g_build_filename("/var/tmp", "vblk-remap-held-XXXXXX", NULL);
+    int fd = g_mkstemp(path);
+    TestDrvOpts dopts = {.ram_size = 16 << 20};
+    TestDrv *d;
+    VirtIOBlkConf conf;
+    VirtIOBlk *blk;
+    GError *err = NULL;
+    uint64_t features, base[2];
+    TestVq *tvq[2];
+    VirtQueue *vq[2];
+    VirtIOBlkQueue *q[2];
+    DataPlaneQueue dq[2];
+    EventLoop *main_loop;
+    IOThread *io[3], *map[2], *got[2];
+    BlockBackend *backend;
+    GHashTable *opts;
+    DpSwitch *sw;
+    DpSwitchConf sc;
+    g_autofree char *optstr = NULL;
+    IOQInjectRule rule = {.op = IOQ_OP_WRITE, .offset = 7 * 512, .length = 512, .error = EIO};
+    DataPlane *dp0;
+    int held, hd;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
+    d = testdrv_new(&dopts);
+    virtio_blk_conf_init(&conf, 2048);
+    conf.num_queues = 2;
+    conf.queue_size = QSIZE;
+    blk = virtio_blk_new(&conf, &err);
+    g_assert_no_error(err);
+    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
+    g_assert_true(virtio_blk_set_features(blk, features, &err));
+    main_loop = event_loop_new(&err);
+    g_assert_no_error(err);
+    for (unsigned t = 0; t < 3; t++) {
+        g_autofree char *name = g_strdup_printf("held-io%u", t);
+
+        io[t] = iothread_new(name, &err);
+        g_assert_no_error(err);
+    }
+    optstr = g_strdup_printf("file=%s,cache=writeback,werror=stop", path);
+    opts = blk_opts_parse(optstr);
+    backend = blk_new_from_drive_opts(opts, main_loop, &err);
+    g_assert_no_error(err);
+    g_hash_table_unref(opts);
+    blk_set_device_name(backend, "disk-held");
+    for (unsigned i = 0; i < 2; i++) {
+        tvq[i] = testvq_new(d, QSIZE, features);
+        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
+                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
+        g_assert_no_error(err);
+        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
+        g_assert_no_error(err);
+        dq[i] = (DataPlaneQueue){.q = q[i],
+                                 .host_notifier = testvq_kick_fd(tvq[i]),
+                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
+        base[i] = testdrv_alloc(d, 2048, 512);
+    }
+    sc = (DpSwitchConf){.id = "disk-held",
+                        .blk = blk,
+                        .main_loop = main_loop,
+                        .backend = backend,
+                        .iothread = io[0],
+                        .ioq = {.engine = "io_uring", .fd = fd, .logical_block_size = 512},
+                        .num_queues = 2,
+                        .queue_size = QSIZE,
+                        .vq_iothread = {io[0], io[1]}};
+    sw = dp_switch_new(&sc, &err);
+    g_assert_no_error(err);
+    g_assert_true(dp_switch_start(sw, true, dq, 2, &err));
+    dp0 = dp_switch_get_dataplane(sw, 0, &got[0], NULL, NULL);
+    g_assert_true(got[0] == io[0]);
+    g_assert_true(dataplane_inject_error(dp0, &rule, &err));
+    g_assert_no_error(err);
+
+    /* Queue 0's write fails: held by io0's dataplane. */
+    held = submit_write(d, tvq[0], base[0], 7, 0xab);
+    g_assert_cmpint(next_used(tvq[0], main_loop, 200), ==, -1);
+    g_assert_cmpuint(dp_switch_held_count(sw), ==, 1);
+
+    /* Moving queue 0, or moving queue 1 onto io0: io0 would stop. Refused, nothing moved. */
+    map[0] = io[1];
+    map[1] = io[1];
+    g_assert_false(dp_switch_remap(sw, map, 2, &err));
+    g_assert_error(err, g_quark_from_static_string("vblk-dataplane-error"), EBUSY);
+    g_assert_nonnull(strstr(err->message, "queues not moved"));
+    g_clear_error(&err);
+    map[0] = io[0];
+    map[1] = io[0];
+    g_assert_false(dp_switch_remap(sw, map, 2, &err));
+    g_clear_error(&err);
+    dp_switch_get_map(sw, got);
+    g_assert_true(got[0] == io[0] && got[1] == io[1]);
+    g_assert_cmpuint(dp_switch_held_count(sw), ==, 1);
+
+    /* Queue 1 to io2 leaves io0 alone: done, and queue 1 serves on its new iothread. */
+    map[0] = io[0];
+    map[1] = io[2];
+    g_assert_true(dp_switch_remap(sw, map, 2, &err));
+    g_assert_no_error(err);
+    hd = submit_write(d, tvq[1], base[1], 9, 0xcd);
+    g_assert_cmpint(next_used(tvq[1], main_loop, 5000), ==, hd);
+    g_assert_cmpuint(testdrv_readb(d, base[1] + 1024), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(next_used(tvq[0], main_loop, 50), ==, -1); /* still held */
+
+    /* 'cont' with the disk fine again: the held write completes, once; then queue 0 moves. */
+    dataplane_inject_clear(dp0);
+    dp_switch_resume(sw);
+    g_assert_cmpint(next_used(tvq[0], main_loop, 5000), ==, held);
+    g_assert_cmpuint(testdrv_readb(d, base[0] + 1024), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(next_used(tvq[0], main_loop, 50), ==, -1);
+    g_assert_cmpuint(dp_switch_held_count(sw), ==, 0);
+    map[0] = io[2];
+    g_assert_true(dp_switch_remap(sw, map, 2, &err));
+    g_assert_no_error(err);
+    g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 1);
+    hd = submit_write(d, tvq[0], base[0], 7, 0xef);
+    g_assert_cmpint(next_used(tvq[0], main_loop, 5000), ==, hd);
+    {
+        uint8_t b[512];
+
+        g_assert_cmpint(pread(fd, b, 512, 7 * 512), ==, 512);
+        g_assert_cmpuint(b[0], ==, 0xef);
+        g_assert_cmpint(pread(fd, b, 512, 9 * 512), ==, 512);
+        g_assert_cmpuint(b[0], ==, 0xcd);
+    }
+    dp_switch_free(sw);
+    blk_unref(backend);
+    for (unsigned t = 0; t < 3; t++) {
+        iothread_free(io[t]);
+    }
+    event_loop_free(main_loop);
+    for (unsigned i = 0; i < 2; i++) {
+        virtio_blk_queue_free(q[i]);
+        virtqueue_free(vq[i]);
+        testvq_free(tvq[i]);
+    }
+    virtio_blk_free(blk);
+    testdrv_free(d);
+    close(fd);
+    unlink(path);
+    g_free(path);
+}
+
 int main(int argc, char **argv)
 {
     static const Case uring = {"io_uring", false, 1000};
@@ -465,6 +654,7 @@ int main(int argc, char **argv)
 
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mq/remap/refused", test_remap_refused);
+    g_test_add_func("/mq/remap/held", test_remap_held);
     g_test_add_data_func("/mq/remap/io_uring", &uring, test_remap_stress);
     g_test_add_data_func("/mq/remap/native", &native, test_remap_stress);
     g_test_add_data_func("/mq/remap/io_uring-with-path-switch", &uring_sw, test_remap_stress);
