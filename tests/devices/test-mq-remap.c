@@ -29,6 +29,10 @@
 
 #include "testdrv.h"
 #include "devices/dp-switch.h"
+#include "event/iothread-registry.h"
+#include "monitor/qmp.h"
+#include "util/debug-state.h"
+#include "virtio-blk-pci-int.h"
 
 #define NQ      4
 #define NT      3 /* iothreads to map onto */
@@ -646,6 +650,164 @@ static void test_remap_held(void)
     g_free(path);
 }
 
+/* Debug-state dumps from another thread while the device model remaps. */
+static gpointer dump_thread(gpointer opaque)
+{
+    bool *stop = opaque;
+    unsigned n = 0;
+
+    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+        g_autofree char *text = debug_state_collect();
+
+        g_assert_nonnull(strstr(text, "device vd-mq"));
+        n++;
+        g_usleep(200);
+    }
+    return GUINT_TO_POINTER(n);
+}
+
+static GPtrArray *mapping(const char *json)
+{
+    g_autoptr(JsonParser) p = json_parser_new();
+    GError *err = NULL;
+    GPtrArray *m;
+
+    g_assert_true(json_parser_load_from_data(p, json, -1, &err));
+    m = vq_mapping_from_json(json_parser_get_root(p), "iothread-vq-mapping", &err);
+    g_assert_no_error(err);
+    return m;
+}
+
+/*
+ * The device model's remap (what x-blockdev-remap-vqs runs): validation,
+ * the running DpSwitch remapped, the ids it reports updated, and the
+ * debug-state dump (any thread) kept away from dataplanes a remap frees.
+ */
+static void test_device_remap(void)
+{
+    TestDrvOpts dopts = {.ram_size = 16 << 20};
+    TestDrv *d = testdrv_new(&dopts);
+    VirtIOBlkPCI *s = g_new0(VirtIOBlkPCI, 1);
+    GError *err = NULL;
+    EventLoop *main_loop;
+    IOThread *t0, *t1, *got[NQ];
+    GHashTable *opts;
+    TestVq *tvq[NQ];
+    VirtQueue *vq[NQ];
+    VirtIOBlkQueue *q[NQ];
+    DataPlaneQueue dq[NQ];
+    uint64_t features;
+    DpSwitchConf sc;
+    bool stop = false;
+    GThread *dumper;
+    static const char *const good[] = {
+        "[{\"iothread\":\"mq-t0\",\"vqs\":[0,1]},{\"iothread\":\"mq-t1\",\"vqs\":[2,3]}]",
+        "[{\"iothread\":\"mq-t1\"},{\"iothread\":\"mq-t0\"}]",
+        "[{\"iothread\":\"mq-t1\",\"vqs\":[3,2,1,0]}]",
+    };
+
+    virtio_blk_conf_init(&s->conf, 2048);
+    s->conf.num_queues = NQ;
+    s->conf.queue_size = 64;
+    s->blk = virtio_blk_new(&s->conf, &err);
+    g_assert_no_error(err);
+    s->id = g_strdup("vd-mq");
+    pthread_mutex_init(&s->debug_lock, NULL);
+    features = testdrv_negotiate(virtio_blk_get_host_features(s->blk), ~0ull);
+    g_assert_true(virtio_blk_set_features(s->blk, features, &err));
+    main_loop = event_loop_new(&err);
+    g_assert_no_error(err);
+    /* No machine here: the registry's iothreads stand for the -object ones. */
+    qmp_init(NULL); /* the registry registers query-iothreads */
+    t0 = iothread_registry_get("mq-t0", NULL, &err);
+    t1 = iothread_registry_get("mq-t1", NULL, &err);
+    g_assert_no_error(err);
+    opts = blk_opts_parse("file=null-co://,size=1048576");
+    s->backend = blk_new_from_drive_opts(opts, main_loop, &err);
+    g_assert_no_error(err);
+    g_hash_table_unref(opts);
+    sc = (DpSwitchConf){.id = s->id,
+                        .blk = s->blk,
+                        .main_loop = main_loop,
+                        .backend = s->backend,
+                        .iothread = t0,
+                        .ioq = {.engine = "null", .fd = -1},
+                        .num_queues = NQ,
+                        .queue_size = 64};
+    for (unsigned i = 0; i < NQ; i++) {
+        tvq[i] = testvq_new(d, 64, features);
+        vq[i] = virtqueue_new(testdrv_guestmem(d), 64, testvq_desc_gpa(tvq[i]),
+                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
+        g_assert_no_error(err);
+        q[i] = virtio_blk_queue_new(s->blk, vq[i], NULL, NULL, &err);
+        g_assert_no_error(err);
+        dq[i] = (DataPlaneQueue){.q = q[i],
+                                 .host_notifier = testvq_kick_fd(tvq[i]),
+                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
+        s->vq_iothread[i] = t0;
+        s->vq_iothread_id[i] = g_strdup("mq-t0");
+    }
+    s->iothread = t0;
+    s->sw = dp_switch_new(&sc, &err);
+    g_assert_no_error(err);
+    g_assert_true(dp_switch_start(s->sw, true, dq, NQ, &err));
+    s->nq = NQ;
+    s->debug_sw = s->sw;
+    s->debug_nq = NQ;
+    debug_state_register(blk_pci_debug_state, s);
+    dumper = g_thread_new("dump", dump_thread, &stop);
+
+    for (unsigned round = 0; round < 60; round++) {
+        g_autoptr(GPtrArray) m = mapping(good[round % G_N_ELEMENTS(good)]);
+
+        g_assert_true(blk_pci_remap(s, m, &err));
+        g_assert_no_error(err);
+        g_assert_true(s->debug_sw == s->sw);
+    }
+    /* The last one: everything on mq-t1, queue order reversed in the list. */
+    dp_switch_get_map(s->sw, got);
+    for (unsigned i = 0; i < NQ; i++) {
+        g_assert_true(got[i] == t1);
+        g_assert_true(s->vq_iothread[i] == t1);
+        g_assert_cmpstr(s->vq_iothread_id[i], ==, "mq-t1");
+    }
+    /* Refused ones change nothing. */
+    {
+        g_autoptr(GPtrArray) m1 = mapping("[{\"iothread\":\"mq-t0\",\"vqs\":[0,1]}]");
+        g_autoptr(GPtrArray) m2 = mapping("[{\"iothread\":\"nope\"}]");
+
+        g_assert_false(blk_pci_remap(s, m1, &err));
+        g_assert_cmpstr(err->message, ==, "missing vq 2 IOThread assignment in iothread-vq-mapping");
+        g_clear_error(&err);
+        g_assert_false(blk_pci_remap(s, m2, &err));
+        g_assert_cmpstr(err->message, ==, "IOThread \"nope\" object does not exist");
+        g_clear_error(&err);
+        dp_switch_get_map(s->sw, got);
+        for (unsigned i = 0; i < NQ; i++) {
+            g_assert_true(got[i] == t1);
+        }
+    }
+    __atomic_store_n(&stop, true, __ATOMIC_RELEASE);
+    g_assert_cmpuint(GPOINTER_TO_UINT(g_thread_join(dumper)), >, 0);
+    debug_state_unregister(blk_pci_debug_state, s);
+    dp_switch_free(s->sw);
+    blk_unref(s->backend);
+    for (unsigned i = 0; i < NQ; i++) {
+        virtio_blk_queue_free(q[i]);
+        virtqueue_free(vq[i]);
+        testvq_free(tvq[i]);
+        g_free(s->vq_iothread_id[i]);
+    }
+    iothread_registry_clear();
+    qmp_cleanup();
+    event_loop_free(main_loop);
+    virtio_blk_free(s->blk);
+    pthread_mutex_destroy(&s->debug_lock);
+    g_free(s->id);
+    g_free(s);
+    testdrv_free(d);
+}
+
 int main(int argc, char **argv)
 {
     static const Case uring = {"io_uring", false, 1000};
@@ -655,6 +817,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mq/remap/refused", test_remap_refused);
     g_test_add_func("/mq/remap/held", test_remap_held);
+    g_test_add_func("/mq/remap/device-model", test_device_remap);
     g_test_add_data_func("/mq/remap/io_uring", &uring, test_remap_stress);
     g_test_add_data_func("/mq/remap/native", &native, test_remap_stress);
     g_test_add_data_func("/mq/remap/io_uring-with-path-switch", &uring_sw, test_remap_stress);
