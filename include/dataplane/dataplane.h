@@ -100,6 +100,20 @@ typedef struct DataPlaneConf {
      * reaped. 0: DATAPLANE_COMPLETE_BATCH; UINT_MAX: one group per reap.
      */
     unsigned complete_batch;
+    /*
+     * Optional, for a device whose queues are split between several
+     * dataplanes (one per iothread): @acct is the device's array of
+     * accounting shards, one per device queue, and @queue_index[i] the device
+     * index of this dataplane's queue i, whose requests are counted in
+     * @acct[queue_index[i]]. Both borrowed. NULL: the dataplane's own shards.
+     */
+    BlockAcctShard *acct;
+    const unsigned *queue_index;
+    /*
+     * With @acct: the most queues dataplane_set_queues() may give it later
+     * (slots are made for that many now); 0: num_queues.
+     */
+    unsigned max_queues;
     /* Optional: I/O errors reported to @error_hook in @main_loop's thread. */
     EventLoop *main_loop;
     DataPlaneErrorHook *error_hook;
@@ -161,6 +175,17 @@ void dataplane_drain(DataPlane *dp);
 /* Stop if started, then free. NULL is ignored. Context: control thread */
 void dataplane_destroy(DataPlane *dp);
 
+/*
+ * Serve other device queues from now on: @n (0..max_queues) of them, whose
+ * device indices (into DataPlaneConf.acct) are @queue_index. Only while
+ * stopped, only for a dataplane made with DataPlaneConf.acct. The IOQ and
+ * the iothread stay; the queues' counters (dataplane_get_queue_stats())
+ * start from zero. A dataplane with no queue cannot be started.
+ * Context: control thread (not the iothread)
+ */
+bool dataplane_set_queues(DataPlane *dp, const unsigned *queue_index, unsigned n, GError **errp);
+/* Queues served (num_queues, or as dataplane_set_queues() last said). Context: control thread */
+unsigned dataplane_num_queues(DataPlane *dp);
 /* Context: any thread */
 bool dataplane_is_started(DataPlane *dp);
 /* Context: any thread */
@@ -169,7 +194,8 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
 
 /*
- * Accounting: one shard per queue (@n = num_queues), written by the iothread,
+ * Accounting: one shard per queue (@n = num_queues), written by the iothread
+ * (the device's, as given in DataPlaneConf.acct, when it gave them),
  * for blk_acct_attach_shards() (query-blockstats). Each request is counted
  * once at completion (a writethrough write with its flush as one write);
  * requests the engine refused (range, alignment) and IOQ refusals count as

@@ -41,7 +41,15 @@ typedef struct DpSwitchConf {
     VirtIOBlk *blk;
     EventLoop *main_loop;  /* block-layer path; owned by the calling thread */
     BlockBackend *backend; /* block-layer path; runs in main_loop */
-    IOThread *iothread;    /* dataplane path */
+    IOThread *iothread;    /* dataplane path: the queues' iothread, unless mapped below */
+    /*
+     * iothread-vq-mapping: queue i is served by vq_iothread[i] (NULL: by
+     * @iothread). One dataplane (IOQ, request slots, counters) per distinct
+     * iothread, serving only its queues; nothing is shared between them on
+     * the request path. The iothreads are borrowed and must outlive the
+     * DpSwitch.
+     */
+    IOThread *vq_iothread[DATAPLANE_MAX_QUEUES];
     IOQConfig ioq;         /* dataplane engine, fd, O_DIRECT */
     bool no_flush;         /* dataplane: cache.no-flush (the block layer has its own) */
     unsigned num_queues;
@@ -54,6 +62,10 @@ typedef struct DpSwitchStats {
     uint64_t last_stall_ns; /* duration of the last change (no request is popped meanwhile) */
     uint64_t max_stall_ns;
     uint64_t total_stall_ns;
+    uint64_t remaps;        /* completed dp_switch_remap() calls */
+    uint64_t last_remap_ns; /* duration of the last remap (moving queues pop nothing meanwhile) */
+    uint64_t max_remap_ns;
+    uint64_t total_remap_ns;
 } DpSwitchStats;
 
 /* Context: main loop, BQL held */
@@ -89,10 +101,47 @@ void dp_switch_resume(DpSwitch *sw);
  * Context: main loop, BQL
  */
 bool dp_switch_set_io_limits(DpSwitch *sw, const ThrottleLimits *limits, GError **errp);
+/*
+ * Move queues between iothreads (@map: conf.num_queues entries, queue i to
+ * map[i]) without losing, repeating or reordering a request. Only the
+ * dataplanes whose queue set changes are touched: each is quiesced inside
+ * its iothread (notifiers detached and test-and-cleared, in-flight I/O
+ * drained, completions published), a dataplane is made for each new queue
+ * set and started in its iothread, where it continues every ring at the
+ * last_avail_idx and used index the old one left (the "kick once" picks up
+ * what the guest queued meanwhile). Dataplanes that keep their queues run
+ * on undisturbed. On the block-layer path only the mapping changes (it
+ * takes effect at the next switch). Refused (nothing moved) while a moving
+ * queue's dataplane holds requests for 'cont' after werror/rerror=stop.
+ * Context: main loop, BQL held
+ */
+bool dp_switch_remap(DpSwitch *sw, IOThread *const *map, unsigned n, GError **errp);
+/* The current mapping (conf.num_queues entries). Context: main loop, BQL held */
+void dp_switch_get_map(DpSwitch *sw, IOThread **map);
 /* Context: any thread */
 bool dp_switch_is_dataplane(DpSwitch *sw);
-/* The dataplane (for its counters). Context: any thread */
+/*
+ * The first dataplane (the only one without a mapping), for its counters.
+ * Its queue indices are local: use dp_switch_get_queue_stats() for a
+ * device queue. Context: any thread
+ */
 DataPlane *dp_switch_dataplane(DpSwitch *sw);
+/* The dataplanes, one per iothread of the mapping. Context: main loop, BQL held */
+unsigned dp_switch_num_dataplanes(DpSwitch *sw);
+/*
+ * Dataplane @i (NULL past the end), its iothread and the device indices of
+ * its queues (*qidx[0..*n-1], valid until the next remap).
+ * Context: main loop, BQL held
+ */
+DataPlane *dp_switch_get_dataplane(DpSwitch *sw, unsigned i, IOThread **iothread,
+                                   const unsigned **qidx, unsigned *n);
+/*
+ * Dataplane counters of device queue @q, summed over every dataplane that
+ * served it (remaps included). Context: main loop, BQL held
+ */
+void dp_switch_get_queue_stats(DpSwitch *sw, unsigned q, DataPlaneQueueStats *st);
+/* Requests held by werror/rerror=stop in all dataplanes. Context: main loop, BQL held */
+unsigned dp_switch_held_count(DpSwitch *sw);
 /* Context: any thread */
 void dp_switch_get_stats(DpSwitch *sw, DpSwitchStats *st);
 /* Stop, then free. NULL ok. Context: main loop, BQL held */

@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 #include "block/block.h"
+#include <json-glib/json-glib.h>
+
 #include "event/iothread-registry.h"
 
 #define VBLK_VERSION_STRING "0.1.0"
@@ -45,6 +47,12 @@ typedef struct DriveOptions {
     char *arg;             /* the option's argument, for error messages */
 } DriveOptions;
 
+/* One item of iothread-vq-mapping: an iothread and its queues (or round robin). */
+typedef struct VqMappingItem {
+    char *iothread;
+    GArray *vqs; /* guint queue indices as given; NULL: round robin */
+} VqMappingItem;
+
 typedef struct DeviceOptions {
     char *driver; /* "virtio-blk-pci" */
     char *id;
@@ -62,6 +70,8 @@ typedef struct DeviceOptions {
     bool write_zeroes;            /* default on */
     char *iothread;               /* IothreadOptions.id or NULL */
     int bootindex;                /* accepted and ignored; -1 if absent */
+    GPtrArray *vq_mapping;        /* VqMappingItem*: iothread-vq-mapping (JSON form), or NULL */
+    char *arg;                    /* the option's argument, for error messages */
 } DeviceOptions;
 
 typedef struct IothreadOptions {
@@ -116,6 +126,28 @@ VmmOptions *options_parse(int argc, char **argv, GError **errp);
 void options_free(VmmOptions *opts);
 /* Context: main thread. The --help text. */
 const char *options_usage(void);
+
+/*
+ * iothread-vq-mapping, as QEMU's QAPI type [{'iothread': 'str', '*vqs':
+ * ['uint16']}]: parsed from JSON (@what names the value in errors, e.g.
+ * "iothread-vq-mapping"). An empty list is no mapping (NULL, no error).
+ * Context: any thread
+ */
+GPtrArray *vq_mapping_from_json(JsonNode *n, const char *what, GError **errp);
+/* Context: any thread */
+void vq_mapping_free(GPtrArray *map);
+/* Does iothread @id exist? */
+typedef bool VqMappingIothreadExists(const char *id, void *opaque);
+/*
+ * Validate @map for a device of @nq queues, with QEMU's rules and one-line
+ * messages (the iothread exists, is listed once, either every item has vqs
+ * or none, each vq < @nq and assigned once, every vq assigned), and give
+ * each queue its iothread: ids[q] (borrowed from @map). Items without vqs
+ * take queues round robin: item i gets i, i + n, i + 2n... of n items.
+ * Context: any thread
+ */
+bool vq_mapping_resolve(const GPtrArray *map, unsigned nq, VqMappingIothreadExists *exists,
+                        void *opaque, const char **ids, GError **errp);
 
 /* Helpers, exported for tests. */
 /* Context: any thread. QemuOpts splitting; @implied names a leading bare value. */

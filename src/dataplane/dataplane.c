@@ -72,8 +72,10 @@ struct DataPlane {
     IOThread *iothread;
     EventLoop *loop;
     IOQ *ioq;
-    unsigned nq;
+    unsigned nq;     /* queues served */
+    unsigned max_nq; /* DPQueues made (dataplane_set_queues() may use them all) */
     unsigned qsize;
+    BlockAcctShard *dev_acct; /* the device's shards (DataPlaneConf.acct), or NULL */
     bool started;           /* written by the control thread, read anywhere */
     uint64_t touched;       /* iothread: queues with pushed, unpublished completions */
     uint64_t submit_cycles; /* iothread: cycles spent in batch_end this pass */
@@ -571,7 +573,7 @@ static void timers_new_in_thread(void *opaque)
 {
     DataPlane *dp = opaque;
 
-    for (unsigned i = 0; i < dp->nq; i++) {
+    for (unsigned i = 0; i < dp->max_nq; i++) {
         dp->queues[i].ttimer = event_timer_new(dp->loop, throttle_timer_cb, &dp->queues[i]);
     }
 }
@@ -580,7 +582,7 @@ static void timers_free_in_thread(void *opaque)
 {
     DataPlane *dp = opaque;
 
-    for (unsigned i = 0; i < dp->nq; i++) {
+    for (unsigned i = 0; i < dp->max_nq; i++) {
         event_timer_free(dp->queues[i].ttimer);
         dp->queues[i].ttimer = NULL;
     }
@@ -602,10 +604,24 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
                     conf->queue_size);
         return NULL;
     }
-    if (!ioqc.queue_depth) {
-        ioqc.queue_depth = conf->num_queues * conf->queue_size;
+    unsigned max_nq = conf->acct && conf->queue_index && conf->max_queues > conf->num_queues
+                          ? MIN(conf->max_queues, DATAPLANE_MAX_QUEUES)
+                          : conf->num_queues;
+
+    for (unsigned i = 0; conf->acct && conf->queue_index && i < conf->num_queues; i++) {
+        if (conf->queue_index[i] >= DATAPLANE_MAX_QUEUES) {
+            g_set_error(errp, DATAPLANE_ERROR, EINVAL, "dataplane: queue index %u out of range",
+                        conf->queue_index[i]);
+            return NULL;
+        }
     }
-    dp = g_malloc0(sizeof(*dp) + conf->num_queues * sizeof(DPQueue));
+    if (!ioqc.queue_depth) {
+        /* More in flight than this waits in the IOQ's pending list. */
+        ioqc.queue_depth = MAX(conf->num_queues * conf->queue_size,
+                               MIN(max_nq * conf->queue_size, 4096u));
+    }
+    dp = g_malloc0(sizeof(*dp) + max_nq * sizeof(DPQueue));
+    dp->max_nq = max_nq;
     dp->blk = conf->blk;
     dp->no_flush = conf->no_flush;
     dp->complete_batch = conf->complete_batch ? conf->complete_batch : DATAPLANE_COMPLETE_BATCH;
@@ -618,8 +634,12 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         g_free(dp);
         return NULL;
     }
-    dp->acct = g_new0(BlockAcctShard, dp->nq);
-    for (unsigned i = 0; i < dp->nq; i++) {
+    if (conf->acct && conf->queue_index) {
+        dp->dev_acct = conf->acct; /* queue_index checked above */
+    } else {
+        dp->acct = g_new0(BlockAcctShard, dp->nq);
+    }
+    for (unsigned i = 0; i < dp->max_nq; i++) {
         static const BlockAcctStats no_histogram;
 
         dp->queues[i].dp = dp;
@@ -629,8 +649,13 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
         dp->queues[i].ioreqs = g_new0(IOQReq, dp->qsize);
         dp->queues[i].start_ns = g_new0(int64_t, dp->qsize);
         dp->queues[i].seq = g_new0(uint64_t, dp->qsize);
-        dp->queues[i].acct = &dp->acct[i];
-        block_acct_shard_init(&dp->acct[i], &no_histogram);
+        if (dp->acct) {
+            dp->queues[i].acct = &dp->acct[i];
+            block_acct_shard_init(&dp->acct[i], &no_histogram);
+        } else if (i < dp->nq) {
+            /* The device's shard: initialised and attached by the owner, and kept. */
+            dp->queues[i].acct = &conf->acct[conf->queue_index[i]];
+        }
     }
     throttle_limits_init(&ts_limits);
     throttle_state_config(&dp->ts, &ts_limits, event_clock_ns());
@@ -691,7 +716,7 @@ bool dataplane_start(DataPlane *dp, const DataPlaneQueue *queues, unsigned n, GE
     if (dp->started) {
         return true;
     }
-    if (n != dp->nq) {
+    if (n != dp->nq || n == 0) {
         g_set_error(errp, DATAPLANE_ERROR, EINVAL, "dataplane: %u queues given, %u configured", n,
                     dp->nq);
         return false;
@@ -896,7 +921,7 @@ void dataplane_destroy(DataPlane *dp)
     dataplane_stop(dp);
     iothread_run_sync(dp->iothread, free_ioq_in_thread, dp->ioq);
     iothread_run_sync(dp->iothread, timers_free_in_thread, dp);
-    for (unsigned i = 0; i < dp->nq; i++) {
+    for (unsigned i = 0; i < dp->max_nq; i++) {
         g_free(dp->queues[i].ioreqs);
         g_free(dp->queues[i].start_ns);
         g_free(dp->queues[i].seq);
@@ -908,6 +933,47 @@ void dataplane_destroy(DataPlane *dp)
     g_mutex_clear(&dp->err_lock);
     g_free(dp->acct);
     g_free(dp);
+}
+
+/* Context: control thread */
+bool dataplane_set_queues(DataPlane *dp, const unsigned *queue_index, unsigned n, GError **errp)
+{
+    DP_ASSERT_CONTROL(dp);
+    if (dp->started || !dp->dev_acct || n > dp->max_nq) {
+        g_set_error(errp, DATAPLANE_ERROR, EINVAL,
+                    "dataplane: cannot serve %u queues now (started %d, at most %u)", n,
+                    dp->started, dp->dev_acct ? dp->max_nq : dp->nq);
+        return false;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (queue_index[i] >= DATAPLANE_MAX_QUEUES) {
+            g_set_error(errp, DATAPLANE_ERROR, EINVAL, "dataplane: queue index %u out of range",
+                        queue_index[i]);
+            return false;
+        }
+    }
+    for (unsigned i = 0; i < dp->max_nq; i++) {
+        DPQueue *dq = &dp->queues[i];
+
+        /* Stopped: no request, timer or handler refers to the queue. */
+        memset(&dq->st, 0, sizeof(dq->st));
+        dq->acct = i < n ? &dp->dev_acct[queue_index[i]] : NULL;
+        dq->q = NULL;
+        dq->host_fd = -1;
+        dq->notifier.fd = -1;
+        dq->throttled = false;
+        dq->unpublished = 0;
+    }
+    dp->touched = 0;
+    dp->nq = n;
+    return true;
+}
+
+/* Context: control thread */
+unsigned dataplane_num_queues(DataPlane *dp)
+{
+    DP_ASSERT_CONTROL(dp);
+    return dp->nq;
 }
 
 /* Context: any thread */
@@ -951,7 +1017,7 @@ void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
 BlockAcctShard *dataplane_acct_shards(DataPlane *dp, unsigned *n)
 {
     DP_ASSERT_CONTROL(dp);
-    *n = dp->nq;
+    *n = dp->acct ? dp->nq : 0;
     return dp->acct;
 }
 

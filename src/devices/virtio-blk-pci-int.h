@@ -33,7 +33,13 @@ struct VirtIOBlkPCI {
     bool nbd_direct;  /* engine "nbd": cache.direct as given (query-block) */
     char *no_dataplane;    /* why this drive cannot use the dataplane, or NULL */
     bool data_plane;       /* wanted path: x-data-plane / iothread= */
-    IOThread *iothread;    /* borrowed from the registry */
+    IOThread *iothread;    /* borrowed from the registry: queue 0's */
+    /*
+     * Each queue's iothread (iothread-vq-mapping, or @iothread for all) and
+     * its id, for conf.num_queues queues; changed by x-blockdev-remap-vqs.
+     */
+    IOThread *vq_iothread[VIRTIO_BLK_MAX_QUEUES];
+    char *vq_iothread_id[VIRTIO_BLK_MAX_QUEUES];
     BlockBackend *backend; /* the block-layer path (main loop) */
     DpSwitch *sw;          /* both paths, while the driver runs (DRIVER_OK) */
     unsigned nq;           /* queues running (0 when stopped) */
@@ -67,6 +73,12 @@ void blk_pci_qmp_remove(VirtIOBlkPCI *s);
  */
 /* Context: main thread */
 void blk_pci_qom_add_props(VirtIOBlkPCI *s, const char *path);
+/*
+ * x-blockdev-remap-vqs: give the queues the iothreads of @map (validated as
+ * iothread-vq-mapping, against the -object iothreads) on the running device
+ * (dp_switch_remap), or for its next start. Context: main loop, BQL held
+ */
+bool blk_pci_remap(VirtIOBlkPCI *s, const GPtrArray *map, GError **errp);
 /* BlockErrorHook: BLOCK_IO_ERROR event, and STOP for werror/rerror=stop. */
 /* Context: main loop, BQL held */
 void blk_pci_io_error(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev);

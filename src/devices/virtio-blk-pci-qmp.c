@@ -17,6 +17,7 @@
 #include "monitor/qmp.h"
 #include "virtio-blk-pci-int.h"
 #include "util/error-report.h"
+#include "util/thread-check.h"
 
 static GPtrArray *devices; /* VirtIOBlkPCI* */
 
@@ -301,11 +302,11 @@ static JsonNode *cmd_query_blockstats(QmpRequest *req, JsonObject *args, GError 
 
 /* ---- x-query-virtio-blk-dataplane ---- */
 
-static void add_queue_stats(JsonBuilder *b, DataPlane *dp, unsigned q)
+static void add_queue_stats(JsonBuilder *b, DpSwitch *sw, unsigned q)
 {
     DataPlaneQueueStats st;
 
-    dataplane_get_queue_stats(dp, q, &st);
+    dp_switch_get_queue_stats(sw, q, &st);
     json_builder_begin_object(b);
     add_int(b, "index", q);
     add_int(b, "requests", (int64_t)st.requests);
@@ -322,6 +323,54 @@ static void add_queue_stats(JsonBuilder *b, DataPlane *dp, unsigned q)
     add_int(b, "cycles-complete", (int64_t)st.cycles_complete);
     add_int(b, "cycles-notify", (int64_t)st.cycles_notify);
     json_builder_end_object(b);
+}
+
+/* One dataplane: its iothread, its queues and their totals, and its IOQ's counters. */
+static void add_iothread_stats(JsonBuilder *b, VirtIOBlkPCI *s, unsigned i)
+{
+    IOThread *t;
+    const unsigned *qidx;
+    unsigned n;
+    DataPlane *dp = dp_switch_get_dataplane(s->sw, i, &t, &qidx, &n);
+    DataPlaneQueueStats sum = {0};
+    IOQStats io;
+
+    dataplane_get_ioq_stats(dp, &io);
+    json_builder_begin_object(b);
+    add_str(b, "iothread", n ? s->vq_iothread_id[qidx[0]] : "");
+    json_builder_set_member_name(b, "vqs");
+    json_builder_begin_array(b);
+    for (unsigned k = 0; k < n; k++) {
+        DataPlaneQueueStats st;
+
+        json_builder_add_int_value(b, qidx[k]);
+        dataplane_get_queue_stats(dp, k, &st);
+        sum.requests += st.requests;
+        sum.completed += st.completed;
+        sum.kicks += st.kicks;
+        sum.irqs += st.irqs;
+    }
+    json_builder_end_array(b);
+    add_bool(b, "started", dataplane_is_started(dp));
+    add_int(b, "requests", (int64_t)sum.requests);
+    add_int(b, "completed", (int64_t)sum.completed);
+    add_int(b, "kicks", (int64_t)sum.kicks);
+    add_int(b, "interrupts", (int64_t)sum.irqs);
+    add_int(b, "submit-calls", (int64_t)io.batches);
+    add_int(b, "ioq-in-flight", (int64_t)io.inflight);
+    json_builder_end_object(b);
+}
+
+static void ioq_stats_add(IOQStats *to, const IOQStats *a)
+{
+    to->bounces += a->bounces;
+    to->retries += a->retries;
+    to->batches += a->batches;
+    to->submitted += a->submitted;
+    to->completed += a->completed;
+    to->inflight += a->inflight;
+    to->held_flushes += a->held_flushes;
+    to->helper_ops += a->helper_ops;
 }
 
 static JsonNode *cmd_query_dataplane(QmpRequest *req, JsonObject *args, GError **errp)
@@ -341,11 +390,17 @@ static JsonNode *cmd_query_dataplane(QmpRequest *req, JsonObject *args, GError *
         add_int(b, "num-queues", s->nq);
         if (s->sw) {
             dp_switch_get_stats(s->sw, &sw);
-            dataplane_get_ioq_stats(dp_switch_dataplane(s->sw), &io);
+            for (unsigned k = 0; k < dp_switch_num_dataplanes(s->sw); k++) {
+                IOQStats one;
+
+                dataplane_get_ioq_stats(dp_switch_get_dataplane(s->sw, k, NULL, NULL, NULL), &one);
+                ioq_stats_add(&io, &one);
+            }
         }
         add_int(b, "switches", (int64_t)sw.switches);
         add_int(b, "last-switch-stall-ns", (int64_t)sw.last_stall_ns);
         add_int(b, "max-switch-stall-ns", (int64_t)sw.max_stall_ns);
+        add_int(b, "remaps", (int64_t)sw.remaps);
         add_str(b, "aio", s->engine);
         add_int(b, "bounces", (int64_t)io.bounces);
         add_int(b, "retries", (int64_t)io.retries);
@@ -359,13 +414,61 @@ static JsonNode *cmd_query_dataplane(QmpRequest *req, JsonObject *args, GError *
         json_builder_set_member_name(b, "queues");
         json_builder_begin_array(b);
         for (unsigned q = 0; s->sw && q < s->nq; q++) {
-            add_queue_stats(b, dp_switch_dataplane(s->sw), q);
+            add_queue_stats(b, s->sw, q);
+        }
+        json_builder_end_array(b);
+        /* Per iothread of the mapping: one dataplane (IOQ) each. */
+        json_builder_set_member_name(b, "iothreads");
+        json_builder_begin_array(b);
+        for (unsigned k = 0; s->sw && k < dp_switch_num_dataplanes(s->sw); k++) {
+            add_iothread_stats(b, s, k);
         }
         json_builder_end_array(b);
         json_builder_end_object(b);
     }
     json_builder_end_array(b);
     return build(b);
+}
+
+/* ---- x-blockdev-remap-vqs ---- */
+
+/*
+ * Move a device's queues between iothreads, running or not: the mapping is
+ * validated as -device's iothread-vq-mapping (every error a GenericError
+ * with QEMU's one-line message) and applied by dp_switch_remap().
+ */
+static JsonNode *cmd_remap_vqs(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    VirtIOBlkPCI *s = lookup_arg(args, "id", NULL, errp);
+    g_autoptr(GPtrArray) map = NULL;
+    GError *err = NULL;
+
+    THREAD_ASSERT_MAIN();
+    if (!s) {
+        return NULL;
+    }
+    if (qmp_run_state_get() == QMP_RUN_STATE_IO_ERROR) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Cannot remap '%s' while the VM is stopped on an I/O error (use cont)", s->id);
+        return NULL;
+    }
+    map = vq_mapping_from_json(json_object_get_member(args, "iothread-vq-mapping"),
+                               "iothread-vq-mapping", &err);
+    if (!map && !err) {
+        g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC, "iothread-vq-mapping is empty");
+    }
+    if (err || !blk_pci_remap(s, map, &err)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "%s", err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    {
+        JsonObject *o = json_object_new();
+        JsonNode *n = json_node_init_object(json_node_alloc(), o);
+
+        json_object_unref(o); /* the node took its own reference */
+        return n;
+    }
 }
 
 /* ---- block_resize, block_set_io_throttle ---- */
@@ -516,14 +619,20 @@ static void describe_schema(void)
         "'switches': 'int', 'last-switch-stall-ns': 'int', 'max-switch-stall-ns': 'int', "
         "'aio': 'str', 'bounces': 'int', 'retries': 'int', 'submit-calls': 'int', "
         "'ioq-submitted': 'int', 'ioq-completed': 'int', 'ioq-in-flight': 'int', "
-        "'held-flushes': 'int', 'helper-ops': 'int', "
-        "'queues': [%s]}]",
+        "'held-flushes': 'int', 'helper-ops': 'int', 'remaps': 'int', "
+        "'queues': [%s], 'iothreads': [{'iothread': 'str', 'vqs': ['int'], 'started': 'bool', "
+        "'requests': 'int', 'completed': 'int', 'kicks': 'int', 'interrupts': 'int', "
+        "'submit-calls': 'int', 'ioq-in-flight': 'int'}]}]",
         queue);
 
     qmp_schema_describe("query-block", NULL, block, NULL);
     qmp_schema_describe("query-blockstats", "{'*query-nodes': 'bool'}", blockstats, NULL);
     qmp_schema_describe("x-query-virtio-blk-dataplane", NULL, dataplane, NULL);
     qmp_schema_describe("block_resize", NULL, "{}", NULL);
+    qmp_schema_describe("x-blockdev-remap-vqs",
+                        "{'id': 'str', 'iothread-vq-mapping': [{'iothread': 'str', "
+                        "'*vqs': ['int']}]}",
+                        "{}", NULL);
     qmp_schema_describe("block_set_io_throttle", NULL, "{}", NULL);
     qmp_schema_add_event("BLOCK_IO_ERROR",
                          "{'device': 'str', '*node-name': 'str', 'operation': {'enum': ['read', "
@@ -543,6 +652,9 @@ static void register_commands(void)
                                         {"node-name", QMP_ARG_STR, true},
                                         {"size", QMP_ARG_INT, false},
                                         QMP_ARGS_END};
+    static const QmpArgSpec remap[] = {{"id", QMP_ARG_STR, false},
+                                       {"iothread-vq-mapping", QMP_ARG_ARRAY, false},
+                                       QMP_ARGS_END};
     static const QmpArgSpec throttle[] = {{"device", QMP_ARG_STR, true},
                                           {"id", QMP_ARG_STR, true},
                                           {"bps", QMP_ARG_INT, false},
@@ -571,6 +683,7 @@ static void register_commands(void)
     qmp_register_command("query-blockstats", cmd_query_blockstats, none, QMP_CMD_EXTRA_ARGS, NULL);
     qmp_register_command("x-query-virtio-blk-dataplane", cmd_query_dataplane, none, 0, NULL);
     qmp_register_command("block_resize", cmd_block_resize, resize, 0, NULL);
+    qmp_register_command("x-blockdev-remap-vqs", cmd_remap_vqs, remap, 0, NULL);
     qmp_register_command("block_set_io_throttle", cmd_block_set_io_throttle, throttle, 0, NULL);
     describe_schema();
 }

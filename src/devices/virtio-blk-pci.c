@@ -27,6 +27,7 @@
 #include "virtio-blk-pci-int.h"
 #include "util/debug-state.h"
 #include "util/error-report.h"
+#include "util/thread-check.h"
 
 /* The iothread of -object iothread,id=@id (already checked to exist by the command line). */
 static IOThread *blk_pci_named_iothread(const VmmOptions *opts, const char *id, GError **errp)
@@ -41,6 +42,101 @@ static IOThread *blk_pci_named_iothread(const VmmOptions *opts, const char *id, 
     g_set_error(errp, VMM_ERROR, ENOENT, "iothread '%s' not found (add -object iothread,id=%s)", id,
                 id);
     return NULL;
+}
+
+static bool blk_pci_iothread_exists(const char *id, void *opaque)
+{
+    const VmmOptions *opts = opaque;
+
+    for (guint i = 0; i < opts->iothreads->len; i++) {
+        if (!strcmp(((const IothreadOptions *)opts->iothreads->pdata[i])->id, id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct RegistryLookup {
+    const char *id;
+    IOThread *found;
+} RegistryLookup;
+
+static void registry_match(const char *id, IOThread *t, const IOThreadParams *p, void *opaque)
+{
+    RegistryLookup *l = opaque;
+
+    if (!strcmp(id, l->id)) {
+        l->found = t;
+    }
+}
+
+/* Without a machine (the QMP test helper): the iothreads already running. */
+static bool blk_pci_registry_has(const char *id, void *opaque)
+{
+    RegistryLookup l = {.id = id};
+
+    iothread_registry_foreach(registry_match, &l);
+    return l.found != NULL;
+}
+
+/*
+ * Resolve @map (nothing changes on error) to one iothread per queue, into
+ * @t and @ids (borrowed from @map): the -object iothreads, as QEMU.
+ */
+static bool blk_pci_resolve_map(VirtIOBlkPCI *s, const GPtrArray *map, IOThread **t,
+                                const char **ids, GError **errp)
+{
+    const VmmOptions *opts = s->m ? machine_options(s->m) : NULL;
+
+    if (!vq_mapping_resolve(map, s->conf.num_queues,
+                            opts ? blk_pci_iothread_exists : blk_pci_registry_has, (void *)opts,
+                            ids, errp)) {
+        return false;
+    }
+    for (unsigned q = 0; q < s->conf.num_queues; q++) {
+        t[q] = opts ? blk_pci_named_iothread(opts, ids[q], errp)
+                    : iothread_registry_get(ids[q], NULL, errp);
+        if (!t[q]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void blk_pci_set_map(VirtIOBlkPCI *s, IOThread *const *t, const char *const *ids)
+{
+    for (unsigned q = 0; q < s->conf.num_queues; q++) {
+        s->vq_iothread[q] = t[q];
+        g_free(s->vq_iothread_id[q]);
+        s->vq_iothread_id[q] = g_strdup(ids[q]);
+    }
+}
+
+/* Context: main loop, BQL held */
+bool blk_pci_remap(VirtIOBlkPCI *s, const GPtrArray *map, GError **errp)
+{
+    IOThread *t[VIRTIO_BLK_MAX_QUEUES];
+    const char *ids[VIRTIO_BLK_MAX_QUEUES];
+    bool ok = true;
+
+    THREAD_ASSERT_MAIN();
+    if (!blk_pci_resolve_map(s, map, t, ids, errp)) {
+        return false;
+    }
+    if (s->sw) {
+        /* The dump must not look at dataplanes the remap frees. */
+        pthread_mutex_lock(&s->debug_lock);
+        s->debug_sw = NULL;
+        pthread_mutex_unlock(&s->debug_lock);
+        ok = dp_switch_remap(s->sw, t, s->nq, errp);
+        pthread_mutex_lock(&s->debug_lock);
+        s->debug_sw = s->sw;
+        pthread_mutex_unlock(&s->debug_lock);
+    }
+    if (ok) {
+        blk_pci_set_map(s, t, ids);
+    }
+    return ok;
 }
 
 static void blk_pci_iothreads_destroy(void *opaque)
@@ -119,7 +215,7 @@ static bool blk_start_paths(VirtIOBlkPCI *s, GError **errp)
         .blk = s->blk,
         .main_loop = machine_event_loop(s->m),
         .backend = s->backend,
-        .iothread = s->iothread,
+        .iothread = s->vq_iothread[0],
         .num_queues = s->nq,
         .queue_size = s->conf.queue_size,
         .no_flush = s->no_flush,
@@ -134,6 +230,7 @@ static bool blk_start_paths(VirtIOBlkPCI *s, GError **errp)
     DataPlaneQueue dq[VIRTIO_BLK_MAX_QUEUES];
 
     for (unsigned i = 0; i < s->nq; i++) {
+        sc.vq_iothread[i] = s->vq_iothread[i];
         dq[i] = (DataPlaneQueue){.q = s->bq[i],
                                  .host_notifier = virtio_pci_host_notifier(s->vp, i),
                                  .notifier = virtio_pci_guest_notifier(s->vp, i)};
@@ -404,6 +501,9 @@ static void blk_pci_free_resources(VirtIOBlkPCI *s)
     g_free(s->drive_id);
     g_free(s->iothread_id);
     g_free(s->no_dataplane);
+    for (unsigned q = 0; q < VIRTIO_BLK_MAX_QUEUES; q++) {
+        g_free(s->vq_iothread_id[q]);
+    }
     pthread_mutex_destroy(&s->debug_lock);
     g_free(s);
 }
@@ -473,7 +573,8 @@ void blk_pci_debug_state(GString *out, void *opaque)
         for (unsigned q = 0; q < s->debug_nq; q++) {
             DataPlaneQueueStats st;
 
-            dataplane_get_queue_stats(dp, q, &st);
+            /* debug_lock keeps remaps (which clear debug_sw) out. */
+            dp_switch_get_queue_stats(s->debug_sw, q, &st);
             g_string_append_printf(out,
                                    "device %s queue %u (dataplane counters): popped %" G_GUINT64_FORMAT
                                    ", completed %" G_GUINT64_FORMAT ", in flight %" G_GUINT64_FORMAT
@@ -528,7 +629,7 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
         !blk_configure(s, dev, bytes, vm_ncpus(vm), errp)) {
         goto fail;
     }
-    s->data_plane = dev->data_plane || dev->iothread;
+    s->data_plane = dev->data_plane || dev->iothread || dev->vq_mapping;
     if (s->data_plane && s->no_dataplane) {
         g_set_error(errp, VMM_ERROR, ENOTSUP,
                     "-device virtio-blk-pci,drive=%s: x-data-plane=on: %s", d->id, s->no_dataplane);
@@ -536,19 +637,36 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
     }
     /* Every device can switch to the dataplane at runtime, so it has an iothread. */
     {
+        g_autofree char *own = g_strdup_printf("%s-dataplane", s->id);
+
         if (!iothread_registry_count()) {
             machine_add_cleanup(m, blk_pci_iothreads_destroy, NULL);
         }
-        if (dev->iothread) {
-            s->iothread = blk_pci_named_iothread(machine_options(m), dev->iothread, errp);
-        } else {
-            /* x-data-plane=on without iothread=: a thread of the device's own. */
-            g_autofree char *own = g_strdup_printf("%s-dataplane", s->id);
+        if (dev->vq_mapping) {
+            /* iothread-vq-mapping: the -object iothreads it names, one per queue. */
+            IOThread *t[VIRTIO_BLK_MAX_QUEUES];
+            const char *ids[VIRTIO_BLK_MAX_QUEUES];
 
-            s->iothread = iothread_registry_get(own, NULL, errp);
-        }
-        if (!s->iothread) {
-            goto fail;
+            if (!blk_pci_resolve_map(s, dev->vq_mapping, t, ids, errp)) {
+                g_prefix_error(errp, "-device %s: ", dev->arg ? dev->arg : s->id);
+                goto fail;
+            }
+            blk_pci_set_map(s, t, ids);
+            s->iothread = t[0];
+        } else {
+            if (dev->iothread) {
+                s->iothread = blk_pci_named_iothread(machine_options(m), dev->iothread, errp);
+            } else {
+                /* x-data-plane=on without iothread=: a thread of the device's own. */
+                s->iothread = iothread_registry_get(own, NULL, errp);
+            }
+            if (!s->iothread) {
+                goto fail;
+            }
+            for (unsigned q = 0; q < s->conf.num_queues; q++) {
+                s->vq_iothread[q] = s->iothread;
+                s->vq_iothread_id[q] = g_strdup(dev->iothread ? dev->iothread : own);
+            }
         }
     }
     s->blk = virtio_blk_new(&s->conf, errp);

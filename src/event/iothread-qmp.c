@@ -30,6 +30,17 @@ static void add_iothread(const char *id, IOThread *t, const IOThreadParams *p, v
     add_int(b, "poll-grow", p->poll_grow);
     add_int(b, "poll-shrink", p->poll_shrink);
     add_int(b, "aio-max-batch", IOTHREAD_AIO_MAX_BATCH_REPORTED);
+    {
+        /* vblk's own, per iothread: what its loop did (docs/qmp.md). */
+        EventLoopStats st;
+
+        event_loop_get_stats(iothread_get_loop(t), &st);
+        add_int(b, "x-loop-iterations", (int64_t)st.iterations);
+        add_int(b, "x-blocking-waits", (int64_t)st.blocking_waits);
+        add_int(b, "x-poll-successes", (int64_t)st.poll_success);
+        add_int(b, "x-bh-runs", (int64_t)st.bh_runs);
+        add_int(b, "x-poll-ns", (int64_t)st.poll_ns);
+    }
     json_builder_end_object(b);
 }
 
@@ -55,7 +66,9 @@ void iothread_qmp_register(void)
         qmp_register_command("query-iothreads", cmd_query_iothreads, none, 0, NULL);
         qmp_schema_describe("query-iothreads", NULL,
                             "[{'id': 'str', 'thread-id': 'int', 'poll-max-ns': 'int', "
-                            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int'}]",
+                            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', "
+                            "'x-loop-iterations': 'int', 'x-blocking-waits': 'int', "
+                            "'x-poll-successes': 'int', 'x-bh-runs': 'int', 'x-poll-ns': 'int'}]",
                             NULL);
     }
 }

@@ -471,6 +471,21 @@ static void fmt_dataplane(HmpRun *r, JsonNode *res)
             fmt_scalars(r, qo, "index");
             hmp_printf(r, "\n");
         }
+        /* One dataplane per iothread of iothread-vq-mapping. */
+        qs = as_array(d ? json_object_get_member(d, "iothreads") : NULL);
+        for (guint t = 0; qs && t < json_array_get_length(qs); t++) {
+            JsonObject *to = array_obj(qs, t);
+            JsonArray *vqs = as_array(to ? json_object_get_member(to, "vqs") : NULL);
+
+            hmp_printf(r, "  iothread %s vqs", str_member(to, "iothread", ""));
+            for (guint k = 0; vqs && k < json_array_get_length(vqs); k++) {
+                hmp_printf(r, "%s%" G_GINT64_FORMAT, k ? "," : "=",
+                           json_array_get_int_element(vqs, k));
+            }
+            hmp_printf(r, ":");
+            fmt_scalars(r, to, "iothread");
+            hmp_printf(r, "\n");
+        }
     }
 }
 

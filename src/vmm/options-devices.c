@@ -39,6 +39,15 @@ static void opt_pair_free(gpointer p)
     g_free(o);
 }
 
+static OptPair *opt_pair_new(const char *key, const char *value)
+{
+    OptPair *kv = g_new0(OptPair, 1);
+
+    kv->key = g_strdup(key);
+    kv->value = g_strdup(value);
+    return kv;
+}
+
 static void drive_add_block_opt(DriveOptions *d, const char *key, const char *value)
 {
     OptPair *kv = g_new0(OptPair, 1);
@@ -61,6 +70,8 @@ void device_options_free(gpointer p)
     g_free(d->drive);
     g_free(d->serial);
     g_free(d->iothread);
+    g_free(d->arg);
+    vq_mapping_free(d->vq_mapping);
     g_free(d);
 }
 
@@ -469,13 +480,258 @@ static bool device_prop(DeviceOptions *d, const OptPair *p, bool *known)
     return false;
 }
 
+static void vq_item_free(gpointer p)
+{
+    VqMappingItem *it = p;
+
+    g_free(it->iothread);
+    if (it->vqs) {
+        g_array_free(it->vqs, TRUE);
+    }
+    g_free(it);
+}
+
+/* Context: any thread */
+void vq_mapping_free(GPtrArray *map)
+{
+    if (map) {
+        g_ptr_array_free(map, TRUE);
+    }
+}
+
+static bool json_is_int(JsonNode *n)
+{
+    return JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64;
+}
+
+static bool json_is_str(JsonNode *n)
+{
+    return JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING;
+}
+
+/* Context: any thread */
+GPtrArray *vq_mapping_from_json(JsonNode *n, const char *what, GError **errp)
+{
+    g_autoptr(GPtrArray) map = NULL;
+    JsonArray *a;
+
+    if (!n || !JSON_NODE_HOLDS_ARRAY(n)) {
+        g_set_error(errp, VMM_ERROR, EINVAL, "Invalid parameter type for '%s', expected: array",
+                    what);
+        return NULL;
+    }
+    a = json_node_get_array(n);
+    map = g_ptr_array_new_with_free_func(vq_item_free);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonNode *e = json_array_get_element(a, i);
+        VqMappingItem *it;
+        JsonObjectIter iter;
+        const char *k;
+        JsonNode *v;
+
+        if (!JSON_NODE_HOLDS_OBJECT(e)) {
+            g_set_error(errp, VMM_ERROR, EINVAL,
+                        "Invalid parameter type for '%s[%u]', expected: object", what, i);
+            return NULL;
+        }
+        it = g_new0(VqMappingItem, 1);
+        g_ptr_array_add(map, it);
+        json_object_iter_init(&iter, json_node_get_object(e));
+        while (json_object_iter_next(&iter, &k, &v)) {
+            if (!strcmp(k, "iothread")) {
+                if (!json_is_str(v)) {
+                    g_set_error(errp, VMM_ERROR, EINVAL,
+                                "Invalid parameter type for '%s[%u].iothread', expected: string",
+                                what, i);
+                    return NULL;
+                }
+                it->iothread = g_strdup(json_node_get_string(v));
+            } else if (!strcmp(k, "vqs")) {
+                JsonArray *vqs;
+
+                if (!JSON_NODE_HOLDS_ARRAY(v)) {
+                    g_set_error(errp, VMM_ERROR, EINVAL,
+                                "Invalid parameter type for '%s[%u].vqs', expected: array", what, i);
+                    return NULL;
+                }
+                vqs = json_node_get_array(v);
+                it->vqs = g_array_new(FALSE, FALSE, sizeof(guint));
+                for (guint j = 0; j < json_array_get_length(vqs); j++) {
+                    JsonNode *q = json_array_get_element(vqs, j);
+                    gint64 x;
+                    guint u;
+
+                    if (!json_is_int(q)) {
+                        g_set_error(errp, VMM_ERROR, EINVAL,
+                                    "Invalid parameter type for '%s[%u].vqs[%u]', expected: integer",
+                                    what, i, j);
+                        return NULL;
+                    }
+                    x = json_node_get_int(q);
+                    if (x < 0 || x > UINT16_MAX) {
+                        g_set_error(errp, VMM_ERROR, ERANGE,
+                                    "Parameter '%s[%u].vqs[%u]' expects uint16_t", what, i, j);
+                        return NULL;
+                    }
+                    u = (guint)x;
+                    g_array_append_val(it->vqs, u);
+                }
+            } else {
+                g_set_error(errp, VMM_ERROR, EINVAL, "Parameter '%s[%u].%s' is unexpected", what, i,
+                            k);
+                return NULL;
+            }
+        }
+        if (!it->iothread) {
+            g_set_error(errp, VMM_ERROR, EINVAL, "Parameter '%s[%u].iothread' is missing", what, i);
+            return NULL;
+        }
+    }
+    if (map->len == 0) {
+        return NULL; /* as QEMU: an empty list is no list */
+    }
+    return g_steal_pointer(&map);
+}
+
+/* Context: any thread */
+bool vq_mapping_resolve(const GPtrArray *map, unsigned nq, VqMappingIothreadExists *exists,
+                        void *opaque, const char **ids, GError **errp)
+{
+    const VqMappingItem *first = map && map->len ? map->pdata[0] : NULL;
+    g_autofree bool *seen = g_new0(bool, MAX(nq, 1));
+
+    if (!first) {
+        g_set_error(errp, VMM_ERROR, EINVAL, "iothread-vq-mapping is empty");
+        return false;
+    }
+    for (guint i = 0; i < map->len; i++) {
+        const VqMappingItem *it = map->pdata[i];
+
+        if (!exists(it->iothread, opaque)) {
+            g_set_error(errp, VMM_ERROR, ENOENT, "IOThread \"%s\" object does not exist",
+                        it->iothread);
+            return false;
+        }
+        for (guint j = 0; j < i; j++) {
+            if (!strcmp(((const VqMappingItem *)map->pdata[j])->iothread, it->iothread)) {
+                g_set_error(errp, VMM_ERROR, EINVAL,
+                            "duplicate IOThread name \"%s\" in iothread-vq-mapping", it->iothread);
+                return false;
+            }
+        }
+        if (!it->vqs != !first->vqs) {
+            g_set_error(errp, VMM_ERROR, EINVAL,
+                        "either all items in iothread-vq-mapping must have vqs or none of them "
+                        "must have it");
+            return false;
+        }
+        for (guint j = 0; it->vqs && j < it->vqs->len; j++) {
+            guint q = g_array_index(it->vqs, guint, j);
+
+            if (q >= nq) {
+                g_set_error(errp, VMM_ERROR, EINVAL,
+                            "vq index %u for IOThread \"%s\" must be less than num_queues %u in "
+                            "iothread-vq-mapping",
+                            q, it->iothread, nq);
+                return false;
+            }
+            if (seen[q]) {
+                g_set_error(errp, VMM_ERROR, EINVAL,
+                            "cannot assign vq %u to IOThread \"%s\" because it is already assigned",
+                            q, it->iothread);
+                return false;
+            }
+            seen[q] = true;
+            ids[q] = it->iothread;
+        }
+    }
+    if (first->vqs) {
+        for (unsigned q = 0; q < nq; q++) {
+            if (!seen[q]) {
+                g_set_error(errp, VMM_ERROR, EINVAL,
+                            "missing vq %u IOThread assignment in iothread-vq-mapping", q);
+                return false;
+            }
+        }
+    } else {
+        for (unsigned q = 0; q < nq; q++) {
+            ids[q] = ((const VqMappingItem *)map->pdata[q % map->len])->iothread;
+        }
+    }
+    return true;
+}
+
+/* The JSON form's members as the key=value form's pairs; iothread-vq-mapping apart. */
+static GPtrArray *device_json_pairs(GPtrArray **mapping, const char *name, const char *arg,
+                                    GError **errp)
+{
+    g_autoptr(JsonParser) parser = json_parser_new();
+    g_autoptr(GPtrArray) kv = g_ptr_array_new_with_free_func(opt_pair_free);
+    GError *err = NULL;
+    JsonObjectIter it;
+    const char *k;
+    JsonNode *root, *v;
+
+    if (!json_parser_load_from_data(parser, arg, -1, &err)) {
+        opt_fail(errp, name, arg, "JSON parse error: %s", err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    root = json_parser_get_root(parser);
+    if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+        opt_fail(errp, name, arg, "%s", "JSON must be an object");
+        return NULL;
+    }
+    v = json_object_get_member(json_node_get_object(root), "driver");
+    if (!v || !json_is_str(v)) {
+        opt_fail(errp, name, arg, "%s", "Parameter 'driver' is missing");
+        return NULL;
+    }
+    g_ptr_array_add(kv, opt_pair_new("driver", json_node_get_string(v)));
+    json_object_iter_init(&it, json_node_get_object(root));
+    while (json_object_iter_next(&it, &k, &v)) {
+        char buf[32];
+
+        if (!strcmp(k, "driver")) {
+            continue;
+        }
+        if (!strcmp(k, "iothread-vq-mapping")) {
+            vq_mapping_free(*mapping);
+            *mapping = vq_mapping_from_json(v, k, &err);
+            if (err) {
+                opt_fail(errp, name, arg, "%s", err->message);
+                g_error_free(err);
+                return NULL;
+            }
+            continue;
+        }
+        if (json_is_str(v)) {
+            g_ptr_array_add(kv, opt_pair_new(k, json_node_get_string(v)));
+        } else if (json_is_int(v)) {
+            snprintf(buf, sizeof(buf), "%" PRId64, json_node_get_int(v));
+            g_ptr_array_add(kv, opt_pair_new(k, buf));
+        } else if (JSON_NODE_HOLDS_VALUE(v) && json_node_get_value_type(v) == G_TYPE_BOOLEAN) {
+            g_ptr_array_add(kv, opt_pair_new(k, json_node_get_boolean(v) ? "on" : "off"));
+        } else {
+            opt_fail(errp, name, arg, "Invalid parameter type for '%s', expected: scalar", k);
+            return NULL;
+        }
+    }
+    return g_steal_pointer(&kv);
+}
+
 /* Context: main thread */
 bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
 {
-    g_autoptr(GPtrArray) kv = opts_split(arg, "driver", errp);
+    g_autoptr(GPtrArray) mapping = NULL; /* VqMappingItem* */
+    g_autoptr(GPtrArray) kv = arg[0] == '{' ? device_json_pairs(&mapping, name, arg, errp)
+                                            : opts_split(arg, "driver", errp);
     DeviceOptions *d;
     OptPair *first;
 
+    if (arg[0] == '{' && !kv) {
+        return false;
+    }
     if (!kv || kv->len == 0) {
         return opt_fail(errp, name, arg, "%s", "bad syntax");
     }
@@ -490,10 +746,17 @@ bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
                         first->value);
     }
     d = device_options_new("virtio-blk-pci");
+    d->arg = g_strdup(arg);
+    d->vq_mapping = g_steal_pointer(&mapping);
     g_ptr_array_add(o->devices, d);
     for (guint i = 1; i < kv->len; i++) {
         OptPair *p = kv->pdata[i];
         bool known;
+        if (!strcmp(p->key, "iothread-vq-mapping")) {
+            return opt_fail(errp, name, arg, "%s",
+                            "iothread-vq-mapping is a list: use the JSON form, -device "
+                            "'{\"driver\":\"virtio-blk-pci\",...,\"iothread-vq-mapping\":[...]}'");
+        }
         if (!device_prop(d, p, &known)) {
             return known ? opt_fail(errp, name, arg, "invalid value '%s' for property '%s'",
                                     p->value, p->key)
@@ -503,6 +766,11 @@ bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
     }
     if (!d->drive) {
         return opt_fail(errp, name, arg, "%s", "drive property not set");
+    }
+    if (d->vq_mapping && d->iothread) {
+        return opt_fail(errp, name, arg, "%s",
+                        "iothread and iothread-vq-mapping properties cannot be set at the same "
+                        "time");
     }
     if (d->physical_block_size < d->logical_block_size) {
         return opt_fail(errp, name, arg, "%s", "physical_block_size must be >= logical_block_size");
@@ -607,6 +875,11 @@ static bool options_has_iothread(VmmOptions *o, const char *id)
     return false;
 }
 
+static bool options_iothread_exists(const char *id, void *opaque)
+{
+    return options_has_iothread(opaque, id);
+}
+
 static bool options_check_drive_ids(VmmOptions *o, GError **errp)
 {
     for (guint i = 0; i < o->drives->len; i++) {
@@ -639,6 +912,17 @@ static bool options_check_device(VmmOptions *o, DeviceOptions *d, guint index, G
                         "iothread '%s' not found (add -object iothread,"
                         "id=%s)",
                         d->iothread, d->iothread);
+    }
+    if (d->vq_mapping) {
+        unsigned nq = d->num_queues ? d->num_queues : MIN(MAX(o->smp, 1), VIRTIO_BLK_MAX_QUEUES);
+        g_autofree const char **ids = g_new0(const char *, nq);
+        GError *err = NULL;
+
+        if (!vq_mapping_resolve(d->vq_mapping, nq, options_iothread_exists, o, ids, &err)) {
+            opt_fail(errp, "device", d->arg, "%s", err->message);
+            g_error_free(err);
+            return false;
+        }
     }
     for (guint j = 0; j < index; j++) {
         DeviceOptions *e = o->devices->pdata[j];

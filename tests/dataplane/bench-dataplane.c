@@ -26,6 +26,9 @@
  * busy devices completed per second) and the shape of the run. It measures
  * the seeds' experiments (scripts/bench-dataplane): 8 KiB randread QD8 on
  * each of 4 queues, and 16 KiB randwrite QD50 beside busy block-layer devices.
+ * --iothreads N (1..--queues) spreads the measured device's queues round
+ * robin over N iothreads (iothread-vq-mapping: one dataplane, one IOQ each);
+ * --iothread-cpu then pins only the first.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -232,8 +235,10 @@ typedef struct MDev {
 
 static MDev *mdev_new(const char *backend, const char *aio, const char *file, unsigned nq,
                       unsigned qd, unsigned bs, bool write, bool dataplane, EventLoop *loop,
-                      IOThread *it, unsigned seed)
+                      IOThread *const *its, unsigned nit, unsigned seed)
 {
+    IOThread *it = its[0];
+    DpSwitchConf sc;
     MDev *m = g_new0(MDev, 1);
     TestDrvOpts dopts = {.ram_size = 64 << 20};
     DataPlaneQueue dq[DATAPLANE_MAX_QUEUES];
@@ -300,19 +305,22 @@ static MDev *mdev_new(const char *backend, const char *aio, const char *file, un
         fprintf(stderr, "bench-dataplane: %s: %s\n", optstr, err->message);
         exit(1);
     }
-    m->sw = dp_switch_new(&(DpSwitchConf){.blk = m->blk,
-                                          .main_loop = loop,
-                                          .backend = m->be,
-                                          .iothread = it,
-                                          .ioq = {.engine = null                     ? "null"
-                                                            : strcmp(aio, "threads") ? aio
-                                                                                     : "io_uring",
-                                                  .fd = m->fd,
-                                                  .direct = !null,
-                                                  .logical_block_size = 512},
-                                          .num_queues = nq,
-                                          .queue_size = MQ_SIZE},
-                          &err);
+    sc = (DpSwitchConf){.blk = m->blk,
+                        .main_loop = loop,
+                        .backend = m->be,
+                        .iothread = it,
+                        .ioq = {.engine = null                     ? "null"
+                                          : strcmp(aio, "threads") ? aio
+                                                                   : "io_uring",
+                                .fd = m->fd,
+                                .direct = !null,
+                                .logical_block_size = 512},
+                        .num_queues = nq,
+                        .queue_size = MQ_SIZE};
+    for (unsigned i = 0; i < nq; i++) {
+        sc.vq_iothread[i] = its[i % nit]; /* round robin, as iothread-vq-mapping without vqs */
+    }
+    m->sw = dp_switch_new(&sc, &err);
     g_assert_no_error(err);
     g_assert_true(dp_switch_start(m->sw, dataplane, dq, nq, &err));
     return m;
@@ -365,6 +373,7 @@ static void mdev_submit(MDev *m, MQueue *q, unsigned k)
 typedef struct MultiOpts {
     const char *backend, *aio, *file, *path;
     unsigned nq, qd, bs, secs;
+    unsigned niothreads; /* the measured device's queues over this many iothreads */
     bool write;
     unsigned busy_devs, busy_qd, busy_bs;
     bool busy_write;
@@ -380,12 +389,21 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
     uint64_t *hist = calloc(HIST_US + 1, sizeof(uint64_t));
     uint64_t done = 0, busy_done = 0, lat_sum = 0, start, end;
     GThread *ml_thread;
-    IOThread *it;
+    IOThread *it, *its[DATAPLANE_MAX_QUEUES];
+    unsigned nit = MAX(o->niothreads, 1);
     GError *err = NULL;
     bool dataplane = !strcmp(o->path, "dataplane");
 
     it = iothread_new("bench", &err);
     g_assert_no_error(err);
+    its[0] = it;
+    for (unsigned i = 1; i < nit; i++) {
+        g_autofree char *name = g_strdup_printf("bench%u", i);
+
+        its[i] = iothread_new(name, &err);
+        g_assert_no_error(err);
+        event_loop_set_poll_params(iothread_get_loop(its[i]), o->poll_ns, 0, 0);
+    }
     if (iothread_cpu >= 0) {
         iothread_run_sync(it, pin_self, &iothread_cpu);
     }
@@ -394,11 +412,11 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
     g_assert_no_error(err);
     event_loop_set_poll_params(ml->loop, o->poll_ns, 0, 0);
     devs[0] = mdev_new(o->backend, o->aio, o->file, o->nq, o->qd, o->bs, o->write, dataplane,
-                       ml->loop, it, 1);
+                       ml->loop, its, nit, 1);
     devs[0]->measured = true;
     for (unsigned i = 1; i < ndev; i++) {
         devs[i] = mdev_new(o->busy_backend, o->aio, o->file, 1, o->busy_qd, o->busy_bs,
-                           o->busy_write, false, ml->loop, it, 1 + i);
+                           o->busy_write, false, ml->loop, its, 1, 1 + i);
     }
     /* The main loop runs whatever the measured path: the busy devices need it. */
     ml_thread = g_thread_new("main-loop", main_loop_thread, ml);
@@ -502,7 +520,7 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
             double own;
 
             for (unsigned j = 0; j < devs[0]->nq; j++) {
-                dataplane_get_queue_stats(dp_switch_dataplane(devs[0]->sw), j, &st);
+                dp_switch_get_queue_stats(devs[0]->sw, j, &st);
                 sum.requests += st.requests;
                 sum.completed += st.completed;
                 sum.batches += st.batches;
@@ -524,10 +542,10 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
         }
         printf("RESULT iops=%.0f mean_us=%.1f p99_us=%u cycles_per_req=%s cycles_total_per_req=%s "
                "reqs_per_batch=%s irqs_per_req=%s kicks_per_req=%s requests=%" PRIu64
-               " busy_iops=%.0f queues=%u qd=%u bs=%u rw=%s busy_devs=%u\n",
+               " busy_iops=%.0f queues=%u qd=%u bs=%u rw=%s busy_devs=%u iothreads=%u\n",
                (double)done / secs, (double)lat_sum / (double)done / 1000.0, p99_us(hist, done),
                cyc, cyct, bat, irq, kick, done, (double)busy_done / secs, o->nq, o->qd, o->bs,
-               o->write ? "randwrite" : "randread", o->busy_devs);
+               o->write ? "randwrite" : "randread", o->busy_devs, nit);
         event_loop_get_stats(ml->loop, &ls);
         fprintf(stderr,
                 "main loop per completed request (all devices): iterations %.2f blocking waits "
@@ -541,7 +559,9 @@ static int run_multi(const MultiOpts *o, MainLoopThread *ml)
     for (unsigned i = 0; i < ndev; i++) {
         mdev_free(devs[i]);
     }
-    iothread_free(it);
+    for (unsigned i = 0; i < nit; i++) {
+        iothread_free(its[i]);
+    }
     event_loop_free(ml->loop);
     g_free(devs);
     g_free(pfd);
@@ -599,6 +619,9 @@ int main(int argc, char **argv)
             o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--halt-poll-us")) {
             halt_poll_ns = (uint64_t)atoll(argv[i + 1]) * 1000;
+        } else if (!strcmp(argv[i], "--iothreads")) {
+            mo.niothreads = (unsigned)atoi(argv[i + 1]);
+            multi = true;
         } else if (!strcmp(argv[i], "--queues")) {
             mo.nq = (unsigned)atoi(argv[i + 1]);
             multi = true;
@@ -645,10 +668,11 @@ int main(int argc, char **argv)
         mo.secs = secs;
         mo.poll_ns = poll_ns;
         if (mo.nq < 1 || mo.nq > DATAPLANE_MAX_QUEUES || mo.qd * mo.nq > 128 || mo.busy_qd < 1 ||
+            mo.niothreads > mo.nq ||
             mo.busy_qd > 128 || mo.busy_devs > 16 || !mo.bs || mo.bs % 512 || mo.bs > (1u << 20) ||
             !mo.busy_bs || mo.busy_bs % 512 || mo.busy_bs > (1u << 20)) {
             fprintf(stderr,
-                    "bench-dataplane: --queues 1..%d, --qd x --queues <= 128, --busy-qd "
+                    "bench-dataplane: --queues 1..%d, --iothreads 1..--queues, --qd x --queues <= 128, --busy-qd "
                     "1..128, --busy-devs 0..16, --bs/--busy-bs multiples of 512 up to "
                     "1 MiB\n",
                     DATAPLANE_MAX_QUEUES);

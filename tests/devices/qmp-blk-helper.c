@@ -82,6 +82,10 @@ int main(int argc, char **argv)
     virtio_blk_conf_init(&s->conf, (uint64_t)MAX(len, 0) / VIRTIO_BLK_SECTOR_SIZE);
     s->conf.readonly = s->readonly;
     s->conf.writeback = blk_enable_write_cache(s->backend);
+    if (g_getenv("QMP_BLK_NUM_QUEUES")) {
+        /* multiqueue (tests/devices/qmp-remap.py) */
+        s->conf.num_queues = (uint16_t)atoi(g_getenv("QMP_BLK_NUM_QUEUES"));
+    }
     s->blk = virtio_blk_new(&s->conf, &err);
     if (!s->blk) {
         die("virtio-blk", err);
@@ -98,6 +102,20 @@ int main(int argc, char **argv)
     }
     if (!s->iothread) {
         die("iothread", err);
+    }
+    for (unsigned q = 0; q < s->conf.num_queues; q++) {
+        s->vq_iothread[q] = s->iothread;
+        s->vq_iothread_id[q] = g_strdup(argc > 4 ? argv[4] : "");
+    }
+    if (g_getenv("QMP_BLK_IOTHREADS")) {
+        /* more -object iothread for x-blockdev-remap-vqs, comma-separated ids */
+        g_auto(GStrv) ids = g_strsplit(g_getenv("QMP_BLK_IOTHREADS"), ",", -1);
+
+        for (unsigned i = 0; ids[i]; i++) {
+            if (!iothread_registry_get(ids[i], NULL, &err)) {
+                die("iothread", err);
+            }
+        }
     }
     blk_pci_qmp_add(s);
 
@@ -123,6 +141,9 @@ int main(int argc, char **argv)
     g_free(s->id);
     g_free(s->drive_id);
     g_free(s->iothread_id);
+    for (unsigned q = 0; q < VIRTIO_BLK_MAX_QUEUES; q++) {
+        g_free(s->vq_iothread_id[q]);
+    }
     g_free(s);
     g_main_loop_unref(loop);
     return 0;
