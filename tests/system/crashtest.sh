@@ -1,0 +1,223 @@
+#!/bin/sh
+# Power-loss test with dm-log-writes, the part that runs where vblk runs (in
+# the nested harness's L1; started by scripts/crashtest, or as one section of
+# the system tests). POSIX sh (busybox).
+#
+#   sh crashtest.sh [--quick]
+#
+# For each disk of the guest: a data file and a log file in tmpfs, each on a
+# loop device, a dm-log-writes target "lw-TAG" over them, and vblk serving
+# /dev/dm-N to the L2 guest with the disk's cache mode, aio engine and
+# x-data-plane setting. In L2, tests/system/crashw.c writes seq-tagged 4 KiB
+# records with O_DIRECT and fdatasync()s every few records, printing
+# "CRASHW-ACK TAG THREAD SEQ" once the flush returned; `lwlog ackmark` turns
+# each such line, as vblk prints it, into the dm-log-writes mark ack-THREAD-SEQ.
+# After vblk exits the target is removed and `lwlog check` replays the log onto
+# a zeroed copy of the base image, stopping at every FLUSH, FUA and mark entry
+# (a crash point): each record acknowledged by a mark logged before that point
+# must be present. cache=unsafe disks are the negative control: vblk completes
+# their FLUSH without a sync, so their acknowledged records reach the log only
+# after the marks, and the check must find them lost.
+#
+# Needs: vblk ($VBLK_BIN), the L2 image ($VBLK_L2_KERNEL, $VBLK_L2_INITRD,
+# $VBLK_L2_APPEND), lwlog and crashw (built by meson in build/tests/system/)
+# in $CRASHTEST_TOOLS (default $VBLK_FILES, else /files), dmsetup, busybox,
+# and the modules dm-mod, dm-log-writes and loop (in the L1 image of
+# scripts/nested: /lib/modules/l1/).
+# Prints one line per disk ("CRASH-DISK ...") and last exactly one line
+#   RESULT crashtest points=N lost=N control_points=N control_lost=N
+# Status: 0 when lost=0, control_lost>0 and every sanity check held.
+#
+# Sourcing it defines crashtest_main (arguments as above) without running it
+# (set CRASHTEST_SOURCED=1 before sourcing).
+
+ct_log() { echo "# crashtest: $*"; }
+ct_err() { echo "# crashtest: $*" >&2; }
+
+# ct_setup_disk TAG SIZE_MIB: data + log files, loop devices, dm-log-writes
+# target lw-TAG; prints the dm device path.
+ct_setup_disk() {
+    tag=$1; mib=$2
+    rm -f "$W/$tag.data" "$W/$tag.log"
+    truncate -s "${mib}M" "$W/$tag.data"
+    truncate -s "$((mib * 4))M" "$W/$tag.log"
+    dl=$(losetup -f) && losetup "$dl" "$W/$tag.data" || return 1
+    ll=$(losetup -f) && losetup "$ll" "$W/$tag.log" || return 1
+    echo "$dl $ll" > "$W/$tag.loops"
+    wc=$(cat /sys/block/${dl#/dev/}/queue/write_cache 2>/dev/null)
+    [ "$wc" = "write back" ] || { ct_err "$dl has write_cache '$wc': flushes would vanish"; return 1; }
+    dmsetup --noudevsync create "lw-$tag" --table "0 $((mib * 2048)) log-writes $dl $ll" || return 1
+    for b in /sys/block/dm-*; do
+        [ "$(cat "$b/dm/name" 2>/dev/null)" = "lw-$tag" ] && { dmdev=/dev/${b##*/}; break; }
+    done
+    i=0; while [ ! -b "$dmdev" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -b "$dmdev" ] || return 1
+    wc=$(cat /sys/block/${dmdev#/dev/}/queue/write_cache 2>/dev/null)
+    [ "$wc" = "write back" ] || { ct_err "lw-$tag has write_cache '$wc'"; return 1; }
+    dmsetup message "lw-$tag" 0 mark start || return 1
+    echo "$dmdev"
+}
+
+# ct_finish_disk TAG: status, remove the target, detach the loops.
+ct_finish_disk() {
+    tag=$1
+    st=$(dmsetup status "lw-$tag" 2>&1)
+    echo "$st" > "$W/$tag.status"
+    dmsetup --noudevsync remove "lw-$tag" || { sleep 1; dmsetup --noudevsync remove "lw-$tag"; }
+    for l in $(cat "$W/$tag.loops"); do losetup -d "$l"; done
+    case $st in *logging_disabled*) return 1;; esac
+    return 0
+}
+
+# ct_boot NAME SWITCH DISKSPEC...: one L2 boot; DISKSPEC = TAG:CACHE:AIO:DP.
+# SWITCH=1 toggles x-data-plane of every disk over QMP while the guest writes.
+ct_boot() {
+    name=$1; sw=$2; shift 2
+    args=""; script=""; ndisk=0
+    for spec in "$@"; do
+        IFS=: read -r tag cache aio dp <<EOF
+$spec
+EOF
+        dev=$(ct_setup_disk "$tag" "$CT_MIB") || { ct_log "setting up lw-$tag failed"; CT_SANE=0; return 1; }
+        echo "$spec" >> "$W/$name.disks"
+        args="$args -drive if=none,id=d-$tag,file=$dev,format=raw,cache=$cache,aio=$aio"
+        args="$args -device virtio-blk-pci,id=disk-$tag,drive=d-$tag,x-data-plane=$dp,serial=$tag"
+        ndisk=$((ndisk + 1))
+    done
+    # The guest's script, in an initramfs appended to the L2 image.
+    rm -rf "$W/l2x"; mkdir -p "$W/l2x/bin" "$W/l2x/etc/vblk/scripts"
+    cp "$TOOLS/crashw" "$W/l2x/bin/crashw"; chmod 755 "$W/l2x/bin/crashw"
+    cat > "$W/l2x/etc/vblk/scripts/crash.sh" <<EOF
+for b in /sys/block/vd*; do
+    d=\${b##*/}; tag=\$(cat \$b/serial)
+    echo "CRASH-GUEST \$d tag=\$tag wc=\$(cat \$b/queue/write_cache | tr ' ' -)"
+    crashw /dev/\$d \$tag $CT_THREADS $CT_SLOTS $CT_RECORDS $CT_BATCH &
+done
+wait
+EOF
+    (cd "$W/l2x" && find . | cpio -o -H newc 2>/dev/null) > "$W/l2x.cpio"
+    cat "$VBLK_L2_INITRD" "$W/l2x.cpio" > "$W/initrd"
+    port=$((port + 1))
+    # shellcheck disable=SC2086
+    ( timeout -k 20 "$CT_TIMEOUT" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
+        -kernel "$VBLK_L2_KERNEL" -initrd "$W/initrd" -append "$VBLK_L2_APPEND vblk.sh=crash" \
+        $args -qmp tcp:127.0.0.1:$port,server=on,wait=off 2>&1; echo "CRASH-VBLK-RC $?" ) |
+        "$TOOLS/lwlog" ackmark lw- > "$W/$name.out" 2>&1 &
+    bpid=$!
+    nsw=0
+    if [ "$sw" = 1 ]; then
+        i=0; while ! grep -q CRASHW-ACK "$W/$name.out" && kill -0 $bpid 2>/dev/null && [ $i -lt 600 ]; do
+            sleep 0.5; i=$((i + 1)); done
+        rm -f "$W/qin"; mkfifo "$W/qin"
+        nc 127.0.0.1 "$port" <"$W/qin" >"$W/$name.qmp" 2>/dev/null &
+        ncpid=$!
+        exec 3>"$W/qin"
+        echo '{"execute":"qmp_capabilities"}' >&3
+        val=false
+        while kill -0 $bpid 2>/dev/null && [ "$(grep -c CRASHW-DONE "$W/$name.out")" -lt $ndisk ]; do
+            for spec in "$@"; do
+                echo "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk-${spec%%:*}\",\"property\":\"x-data-plane\",\"value\":$val}}" >&3
+            done
+            nsw=$((nsw + 1))
+            if [ $val = false ]; then val=true; else val=false; fi
+            sleep 0.3
+        done
+        exec 3>&-; sleep 1; kill $ncpid 2>/dev/null
+    fi
+    wait $bpid
+    vrc=$(sed -n 's/.*CRASH-VBLK-RC \([0-9]*\).*/\1/p' "$W/$name.out" | tail -1)
+    if [ "$sw" = 1 ]; then
+        nerr=$(grep -c '"error"' "$W/$name.qmp")
+        ct_log "$name: $nsw rounds of x-data-plane switches on $ndisk disks, $nerr QMP errors"
+        [ "$nerr" -eq 0 ] || { CT_SANE=0; grep '"error"' "$W/$name.qmp" | head -3 | sed 's/^/#   /'; }
+    fi
+    ct_log "$name: vblk exited ${vrc:-?}; $(grep -c CRASHW-ACK "$W/$name.out") acks"
+    [ "$vrc" = 0 ] || { CT_SANE=0; tail -n 15 "$W/$name.out" | sed 's/^/#   /'; }
+    grep -q 'LWMARK-FAIL' "$W/$name.out" && { CT_SANE=0; grep -m3 LWMARK-FAIL "$W/$name.out" | sed 's/^/#   /'; }
+    for spec in "$@"; do
+        IFS=: read -r tag cache aio dp <<EOF
+$spec
+EOF
+        ct_finish_disk "$tag" || { ct_log "lw-$tag: $(cat "$W/$tag.status")"; CT_SANE=0; }
+        truncate -s "${CT_MIB}M" "$W/$tag.replay"
+        "$TOOLS/lwlog" check "$W/$tag.log" --threads "$CT_THREADS" --slots "$CT_SLOTS" \
+            --replay "$W/$tag.replay" > "$W/$tag.check" 2>&1
+        line=$(grep '^LWCHECK' "$W/$tag.check")
+        val() { echo "$line" | sed -n "s/.* $1=\\([0-9]*\\).*/\\1/p"; }
+        pts=$(val points); lp=$(val lost_points); miss=$(val missing); fl=$(val flushes); ma=$(val acks)
+        gacks=$(grep -c "CRASHW-ACK $tag " "$W/$name.out")
+        gdone=$(grep -c "CRASHW-DONE $tag rc=0" "$W/$name.out")
+        gwc=$(sed -n "s/.*CRASH-GUEST .* tag=$tag wc=\\([a-z-]*\\).*/\\1/p" "$W/$name.out" | head -1)
+        same=yes; cmp -s "$W/$tag.replay" "$W/$tag.data" || same=no
+        mode=$dp; [ "$sw" = 1 ] && mode=switched
+        echo "CRASH-DISK boot=$name tag=$tag cache=$cache aio=$aio dataplane=$mode points=${pts:-0} lost=${lp:-0}" \
+             "missing_records=${miss:-0} flushes=${fl:-0} guest_acks=$gacks logged_acks=${ma:-0} guest_wc=${gwc:-?} replay_equals_disk=$same"
+        grep '^LWLOST' "$W/$tag.check" | head -3 | sed 's/^/#   /'
+        # Sanity: the run did what it should, or its figures mean nothing.
+        bad=""
+        [ -n "$line" ] || bad="$bad no-check-output"
+        [ "$gdone" = 1 ] || bad="$bad writer-failed"
+        [ "$gacks" -gt 0 ] && [ "$gacks" = "${ma:-0}" ] || bad="$bad acks-not-all-logged"
+        [ "$gwc" = write-back ] || bad="$bad guest-not-write-back"
+        [ "$same" = yes ] || bad="$bad full-replay-differs"
+        echo "$line" | grep -q 'complete=1' && echo "$line" | grep -q 'end_mark=1' || bad="$bad log-incomplete"
+        if [ "$cache" = unsafe ]; then
+            CT_CPOINTS=$((CT_CPOINTS + ${pts:-0})); CT_CLOST=$((CT_CLOST + ${lp:-0}))
+        else
+            [ "${fl:-0}" -gt 0 ] || bad="$bad no-flush-logged"
+            CT_POINTS=$((CT_POINTS + ${pts:-0})); CT_LOST=$((CT_LOST + ${lp:-0}))
+        fi
+        [ -z "$bad" ] || { ct_log "lw-$tag: sanity check failed:$bad"; CT_SANE=0; tail -n 5 "$W/$tag.check" | sed 's/^/#   /'; }
+        rm -f "$W/$tag.data" "$W/$tag.log" "$W/$tag.replay"
+    done
+}
+
+crashtest_main() {
+    quick=0
+    [ "${1:-}" = --quick ] && quick=1
+    TOOLS=${CRASHTEST_TOOLS:-${VBLK_FILES:-/files}}
+    W=${CRASHTEST_WORK:-/tmp/crashtest}
+    rm -rf "$W"; mkdir -p "$W"
+    port=${CRASHTEST_PORT:-4540}
+    CT_POINTS=0; CT_LOST=0; CT_CPOINTS=0; CT_CLOST=0; CT_SANE=1
+    CT_MIB=64; CT_THREADS=2; CT_SLOTS=32
+    if [ $quick = 1 ]; then
+        CT_RECORDS=24; CT_BATCH=4; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-400}
+    else
+        CT_RECORDS=${CRASHTEST_RECORDS:-120}; CT_BATCH=2; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-900}
+    fi
+    for m in $(cat /etc/vblk-l1/dm-modules 2>/dev/null || echo dm-mod dm-log-writes loop); do
+        [ -d "/sys/module/$(echo "$m" | tr - _)" ] && continue
+        if [ -f "/lib/modules/l1/$m.ko" ]; then
+            case $m in loop) insmod "/lib/modules/l1/$m.ko" max_loop=16;; *) insmod "/lib/modules/l1/$m.ko";; esac
+        else
+            modprobe "$m"
+        fi
+    done
+    ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
+    for t in "$VBLK_BIN" "$TOOLS/lwlog" "$TOOLS/crashw"; do
+        [ -x "$t" ] || { ct_log "missing $t"; echo "RESULT crashtest points=0 lost=0 control_points=0 control_lost=0"; return 1; }
+    done
+    command -v dmsetup >/dev/null && [ -c /dev/mapper/control ] ||
+        { ct_log "no dmsetup or /dev/mapper/control"; echo "RESULT crashtest points=0 lost=0 control_points=0 control_lost=0"; return 1; }
+    ct_log "records per thread $CT_RECORDS, threads $CT_THREADS, fdatasync every $CT_BATCH records, $CT_SLOTS slots per thread"
+    # Every disk: TAG:CACHE:AIO:X-DATA-PLANE. aio=native needs cache.direct=on (cache=none).
+    ct_boot a 0 n1:none:native:on n2:none:io_uring:off w1:writeback:io_uring:on w2:writeback:threads:off \
+        u1:unsafe:io_uring:on
+    if [ $quick = 0 ]; then
+        ct_boot b 0 n3:none:io_uring:on n4:none:native:off w3:writeback:io_uring:off w4:writeback:threads:off \
+            u2:unsafe:threads:off
+        ct_boot c 1 s1:none:native:on s2:none:io_uring:off s3:writeback:io_uring:on s4:writeback:io_uring:off \
+            u3:unsafe:io_uring:on
+    fi
+    st=0
+    [ $CT_LOST -eq 0 ] || { st=1; ct_log "acknowledged writes lost at $CT_LOST crash points"; }
+    [ $CT_CLOST -gt 0 ] || { st=1; ct_log "the negative control (cache=unsafe) lost nothing: the test cannot fail"; }
+    [ $CT_SANE = 1 ] || { st=1; ct_log "a sanity check failed (see above)"; }
+    echo "RESULT crashtest points=$CT_POINTS lost=$CT_LOST control_points=$CT_CPOINTS control_lost=$CT_CLOST"
+    return $st
+}
+
+if [ -z "${CRASHTEST_SOURCED:-}" ]; then
+    crashtest_main "$@"
+fi
