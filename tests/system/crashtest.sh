@@ -38,8 +38,12 @@ ct_err() { echo "# crashtest: $*" >&2; }
 # target lw-TAG; prints the dm device path.
 ct_setup_disk() {
     tag=$1; mib=$2
-    rm -f "$W/$tag.data" "$W/$tag.log"
+    rm -f "$W/$tag.data" "$W/$tag.log" "$W/$tag.base"
     truncate -s "${mib}M" "$W/$tag.data"
+    case $tag in e*) # ext4 workload: the base image is a fresh file system
+        mke2fs -t ext4 -q -F -b 4096 -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$W/$tag.data" >&2 || return 1
+        cp "$W/$tag.data" "$W/$tag.base" || return 1;;
+    esac
     truncate -s "$((mib * 4))M" "$W/$tag.log"
     dl=$(losetup -f) && losetup "$dl" "$W/$tag.data" || return 1
     ll=$(losetup -f) && losetup "$ll" "$W/$tag.log" || return 1
@@ -87,11 +91,20 @@ EOF
     # The guest's script, in an initramfs appended to the L2 image.
     rm -rf "$W/l2x"; mkdir -p "$W/l2x/bin" "$W/l2x/etc/vblk/scripts"
     cp "$TOOLS/crashw" "$W/l2x/bin/crashw"; chmod 755 "$W/l2x/bin/crashw"
+    mkdir -p "$W/l2x/lib/modules/ct"
+    for m in crc16 mbcache jbd2 crc32c_generic ext4; do
+        [ -f "/lib/modules/l1/$m.ko" ] && cp "/lib/modules/l1/$m.ko" "$W/l2x/lib/modules/ct/"
+    done
     cat > "$W/l2x/etc/vblk/scripts/crash.sh" <<EOF
 for b in /sys/block/vd*; do
     d=\${b##*/}; tag=\$(cat \$b/serial)
     echo "CRASH-GUEST \$d tag=\$tag wc=\$(cat \$b/queue/write_cache | tr ' ' -)"
-    crashw /dev/\$d \$tag $CT_THREADS $CT_SLOTS $CT_RECORDS $CT_BATCH &
+    case \$tag in
+    e*) (for m in crc16 mbcache jbd2 crc32c_generic ext4; do insmod /lib/modules/ct/\$m.ko 2>/dev/null; done
+         mkdir -p /mnt/\$tag && mount -t ext4 /dev/\$d /mnt/\$tag && crashw --fs /mnt/\$tag \$tag $CT_FILES $CT_FBATCH
+         umount /mnt/\$tag; echo "CRASH-UMOUNT \$tag rc=\$?") &;;
+    *) crashw /dev/\$d \$tag $CT_THREADS $CT_SLOTS $CT_RECORDS $CT_BATCH &;;
+    esac
 done
 wait
 EOF
@@ -139,12 +152,19 @@ EOF
 $spec
 EOF
         ct_finish_disk "$tag" || { ct_log "lw-$tag: $(cat "$W/$tag.status")"; CT_SANE=0; }
-        truncate -s "${CT_MIB}M" "$W/$tag.replay"
-        "$TOOLS/lwlog" check "$W/$tag.log" --threads "$CT_THREADS" --slots "$CT_SLOTS" \
-            --replay "$W/$tag.replay" > "$W/$tag.check" 2>&1
+        case $tag in
+        e*) # ext4: at each crash point, journal recovery on a copy, e2fsck -fn, acknowledged files intact
+            cp "$W/$tag.base" "$W/$tag.replay"
+            "$TOOLS/lwlog" check "$W/$tag.log" --threads 1 --slots 0 --replay "$W/$tag.replay" \
+                --exec "sh $W/ext4point.sh" > "$W/$tag.check" 2>&1;;
+        *)  truncate -s "${CT_MIB}M" "$W/$tag.replay"
+            "$TOOLS/lwlog" check "$W/$tag.log" --threads "$CT_THREADS" --slots "$CT_SLOTS" \
+                --replay "$W/$tag.replay" > "$W/$tag.check" 2>&1;;
+        esac
         line=$(grep '^LWCHECK' "$W/$tag.check")
         val() { echo "$line" | sed -n "s/.* $1=\\([0-9]*\\).*/\\1/p"; }
         pts=$(val points); lp=$(val lost_points); miss=$(val missing); fl=$(val flushes); ma=$(val acks)
+        ef=$(val exec_fail); lp=$((${lp:-0} + ${ef:-0}))
         gacks=$(grep -c "CRASHW-ACK $tag " "$W/$name.out")
         gdone=$(grep -c "CRASHW-DONE $tag rc=0" "$W/$name.out")
         gwc=$(sed -n "s/.*CRASH-GUEST .* tag=$tag wc=\\([a-z-]*\\).*/\\1/p" "$W/$name.out" | head -1)
@@ -152,7 +172,7 @@ EOF
         mode=$dp; [ "$sw" = 1 ] && mode=switched
         echo "CRASH-DISK boot=$name tag=$tag cache=$cache aio=$aio dataplane=$mode points=${pts:-0} lost=${lp:-0}" \
              "missing_records=${miss:-0} flushes=${fl:-0} guest_acks=$gacks logged_acks=${ma:-0} guest_wc=${gwc:-?} replay_equals_disk=$same"
-        grep '^LWLOST' "$W/$tag.check" | head -3 | sed 's/^/#   /'
+        grep -E '^(LWLOST|LWEXECFAIL|LWEXT4)' "$W/$tag.check" | head -4 | sed 's/^/#   /'
         # Sanity: the run did what it should, or its figures mean nothing.
         bad=""
         [ -n "$line" ] || bad="$bad no-check-output"
@@ -168,7 +188,7 @@ EOF
             CT_POINTS=$((CT_POINTS + ${pts:-0})); CT_LOST=$((CT_LOST + ${lp:-0}))
         fi
         [ -z "$bad" ] || { ct_log "lw-$tag: sanity check failed:$bad"; CT_SANE=0; tail -n 5 "$W/$tag.check" | sed 's/^/#   /'; }
-        rm -f "$W/$tag.data" "$W/$tag.log" "$W/$tag.replay"
+        rm -f "$W/$tag.data" "$W/$tag.log" "$W/$tag.replay" "$W/$tag.base"
     done
 }
 
@@ -182,9 +202,9 @@ crashtest_main() {
     CT_POINTS=0; CT_LOST=0; CT_CPOINTS=0; CT_CLOST=0; CT_SANE=1
     CT_MIB=64; CT_THREADS=2; CT_SLOTS=32
     if [ $quick = 1 ]; then
-        CT_RECORDS=24; CT_BATCH=4; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-400}
+        CT_RECORDS=24; CT_BATCH=4; CT_FILES=12; CT_FBATCH=2; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-400}
     else
-        CT_RECORDS=${CRASHTEST_RECORDS:-120}; CT_BATCH=2; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-900}
+        CT_RECORDS=${CRASHTEST_RECORDS:-120}; CT_BATCH=2; CT_FILES=40; CT_FBATCH=2; CT_TIMEOUT=${CRASHTEST_TIMEOUT:-900}
     fi
     for m in $(cat /etc/vblk-l1/dm-modules 2>/dev/null || echo dm-mod dm-log-writes loop); do
         [ -d "/sys/module/$(echo "$m" | tr - _)" ] && continue
@@ -200,13 +220,39 @@ crashtest_main() {
     done
     command -v dmsetup >/dev/null && [ -c /dev/mapper/control ] ||
         { ct_log "no dmsetup or /dev/mapper/control"; echo "RESULT crashtest points=0 lost=0 control_points=0 control_lost=0"; return 1; }
+    # The ext4 disk's check at each crash point (lwlog check --exec): a copy
+    # of the replay, its journal replayed (e2fsck -E journal_only), then
+    # e2fsck -fn must be clean and files f1..f$LW_ACKED intact (debugfs dump).
+    CT_EXT4=0
+    if command -v mke2fs >/dev/null && command -v e2fsck >/dev/null && command -v debugfs >/dev/null &&
+        [ -f /lib/modules/l1/ext4.ko ]; then
+        CT_EXT4=1
+    fi
+    printf '[options]\n\tbroken_system_clock = 1\n' > "$W/e2fsck.conf"
+    cat > "$W/ext4point.sh" <<EOF
+export E2FSCK_CONFIG=$W/e2fsck.conf
+cp "\$LW_TARGET" $W/pt.img || exit 1
+e2fsck -E journal_only -y $W/pt.img >$W/pt.jo 2>&1; r=\$?
+[ \$r -le 1 ] || { echo "LWEXT4 entry=\$LW_ENTRY journal recovery status \$r"; exit 1; }
+e2fsck -fn $W/pt.img >$W/pt.fsck 2>&1 || { echo "LWEXT4 entry=\$LW_ENTRY e2fsck -fn status \$?"; sed 's/^/LWEXT4   /' $W/pt.fsck | head -8; exit 1; }
+rm -rf $W/pt.d; mkdir $W/pt.d; : > $W/pt.cmd
+i=1; while [ \$i -le \${LW_ACKED:-0} ]; do echo "dump /f\$i $W/pt.d/f\$i" >> $W/pt.cmd; i=\$((i + 1)); done
+[ -s $W/pt.cmd ] && debugfs -f $W/pt.cmd $W/pt.img >/dev/null 2>&1
+$TOOLS/lwlog checkfiles $W/pt.d \${LW_ACKED:-0} > $W/pt.files; r=\$?
+grep -v '^LWFILES' $W/pt.files | sed "s/^/LWEXT4 entry=\$LW_ENTRY /"
+exit \$r
+EOF
     ct_log "records per thread $CT_RECORDS, threads $CT_THREADS, fdatasync every $CT_BATCH records, $CT_SLOTS slots per thread"
     # Every disk: TAG:CACHE:AIO:X-DATA-PLANE. aio=native needs cache.direct=on (cache=none).
+    # Tags starting with e run the ext4 workload (when e2fsprogs is in L1).
+    e1=""; e2=""
+    [ $CT_EXT4 = 1 ] && { e1=e1:none:native:on; e2=e2:writeback:io_uring:off; }
+    [ $CT_EXT4 = 1 ] || ct_log "no mke2fs/e2fsck/debugfs or ext4.ko here: the ext4 workload is skipped"
     ct_boot a 0 n1:none:native:on n2:none:io_uring:off w1:writeback:io_uring:on w2:writeback:threads:off \
-        u1:unsafe:io_uring:on
+        u1:unsafe:io_uring:on $e1
     if [ $quick = 0 ]; then
         ct_boot b 0 n3:none:io_uring:on n4:none:native:off w3:writeback:io_uring:off w4:writeback:threads:off \
-            u2:unsafe:threads:off
+            u2:unsafe:threads:off $e2
         ct_boot c 1 s1:none:native:on s2:none:io_uring:off s3:writeback:io_uring:on s4:writeback:io_uring:off \
             u3:unsafe:io_uring:on
     fi

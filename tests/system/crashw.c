@@ -4,6 +4,7 @@
  * tests/system/crashtest.sh) on a raw virtio-blk disk.
  *
  * Usage: crashw DEV TAG THREADS SLOTS RECORDS BATCH
+ *        crashw --fs DIR TAG FILES BATCH
  *
  * Each of THREADS threads writes RECORDS records (tests/system/crashrec.h),
  * 4 KiB each with O_DIRECT, round-robin over its own SLOTS slots, and after
@@ -14,6 +15,11 @@
  * saw each write complete, then sent a FLUSH that completed). The host side
  * turns each such line into a dm-log-writes mark. At the end:
  *     CRASHW-DONE TAG rc=N acks=N
+ *
+ * With --fs (a mounted file system at DIR, one thread): file DIR/fN, N = 1 ..
+ * FILES, gets record (thread 0, slot N, seq N) and is fsync()ed; after every
+ * BATCH files (and the last) DIR is fsync()ed too and "CRASHW-ACK TAG 0 N"
+ * printed: files f1..fN must survive. lwlog checkfiles checks a copy of them.
  */
 #include "crashrec.h"
 
@@ -86,10 +92,54 @@ static void *work(void *arg)
     return NULL;
 }
 
+static int fs_mode(const char *dir, const char *t, unsigned long files, unsigned b)
+{
+    unsigned char blk[CRASHREC_SIZE];
+    char path[512], line[160];
+    unsigned long acks = 0;
+    int rc = 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || b == 0) {
+        perror("crashw: open dir");
+        return 1;
+    }
+    for (unsigned long n = 1; n <= files; n++) {
+        snprintf(path, sizeof(path), "%s/f%lu", dir, n);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        crashrec_fill(blk, 0, (uint32_t)n, n);
+        if (fd < 0 || write(fd, blk, sizeof(blk)) != (ssize_t)sizeof(blk) || fsync(fd) != 0) {
+            perror("crashw: file");
+            rc = 1;
+            if (fd >= 0) {
+                close(fd);
+            }
+            break;
+        }
+        close(fd);
+        if (n % b == 0 || n == files) {
+            if (fsync(dfd) != 0) {
+                perror("crashw: fsync dir");
+                rc = 1;
+                break;
+            }
+            int len = snprintf(line, sizeof(line), "CRASHW-ACK %s 0 %lu\n", t, n);
+            say(line, (size_t)len);
+            acks++;
+        }
+    }
+    close(dfd);
+    int len = snprintf(line, sizeof(line), "CRASHW-DONE %s rc=%d acks=%lu\n", t, rc, acks);
+    say(line, (size_t)len);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 6 && strcmp(argv[1], "--fs") == 0) {
+        return fs_mode(argv[2], argv[3], strtoul(argv[4], NULL, 0), (unsigned)strtoul(argv[5], NULL, 0));
+    }
     if (argc != 7) {
-        fprintf(stderr, "usage: crashw DEV TAG THREADS SLOTS RECORDS BATCH\n");
+        fprintf(stderr, "usage: crashw DEV TAG THREADS SLOTS RECORDS BATCH | --fs DIR TAG FILES BATCH\n");
         return 2;
     }
     dev = argv[1];
