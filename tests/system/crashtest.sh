@@ -112,6 +112,7 @@ EOF
     (cd "$W/l2x" && find . | cpio -o -H newc 2>/dev/null) > "$W/l2x.cpio"
     cat "$VBLK_L2_INITRD" "$W/l2x.cpio" > "$W/initrd"
     port=$((port + 1))
+    ct_log "$name: booting L2 with $ndisk disks ($(date +%T))"
     # shellcheck disable=SC2086
     ( timeout -k 20 "$CT_TIMEOUT" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
         -kernel "$VBLK_L2_KERNEL" -initrd "$W/initrd" -append "$VBLK_L2_APPEND vblk.sh=crash" \
@@ -152,6 +153,7 @@ EOF
         IFS=: read -r tag cache aio dp <<EOF
 $spec
 EOF
+        ct_log "$name: checking lw-$tag ($(date +%T))"
         ct_finish_disk "$tag" || { ct_log "lw-$tag: $(cat "$W/$tag.status")"; CT_SANE=0; }
         case $tag in
         e*) # ext4: at each crash point, journal recovery on a copy, e2fsck -fn, acknowledged files intact
