@@ -86,7 +86,13 @@ EOF
         dev=$(ct_setup_disk "$tag" "$mib") || { ct_log "setting up lw-$tag failed"; CT_SANE=0; return 1; }
         echo "$spec" >> "$W/$name.disks"
         args="$args -drive if=none,id=d-$tag,file=$dev,format=raw,cache=$cache,aio=$aio"
-        args="$args -device virtio-blk-pci,id=disk-$tag,drive=d-$tag,x-data-plane=$dp,serial=$tag"
+        if [ "$CT_VMM" = qemu ]; then # QEMU's dataplane is an iothread
+            [ "$dp" = on ] && args="$args -object iothread,id=io-$tag" &&
+                dp="off,iothread=io-$tag"
+            args="$args -device virtio-blk-pci,id=disk-$tag,drive=d-$tag,serial=$tag${dp#off}"
+        else
+            args="$args -device virtio-blk-pci,id=disk-$tag,drive=d-$tag,x-data-plane=$dp,serial=$tag"
+        fi
         ndisk=$((ndisk + 1))
     done
     # The guest's script, in an initramfs appended to the L2 image.
@@ -114,7 +120,7 @@ EOF
     port=$((port + 1))
     ct_log "$name: booting L2 with $ndisk disks ($(date +%T))"
     # shellcheck disable=SC2086
-    ( timeout -k 20 "$CT_TIMEOUT" "$VBLK_BIN" -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
+    ( timeout -k 20 "$CT_TIMEOUT" $CT_VMMCMD -enable-kvm -m 512 -smp 1 -nographic -no-reboot \
         -kernel "$VBLK_L2_KERNEL" -initrd "$W/initrd" -append "$VBLK_L2_APPEND vblk.sh=crash" \
         $args -qmp tcp:127.0.0.1:$port,server=on,wait=off 2>&1; echo "CRASH-VBLK-RC $?" ) |
         "$TOOLS/lwlog" ackmark lw- > "$W/$name.out" 2>&1 &
@@ -220,7 +226,15 @@ crashtest_main() {
         fi
     done
     ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
-    for t in "$VBLK_BIN" "$TOOLS/lwlog" "$TOOLS/crashw"; do
+    # CRASHTEST_VMM=qemu: QEMU in L1 (scripts/nested --qemu) as the reference;
+    # x-data-plane=on becomes an iothread, and there is no switch boot.
+    CT_VMM=${CRASHTEST_VMM:-vblk}
+    if [ "$CT_VMM" = qemu ]; then
+        CT_VMMCMD="$VBLK_QEMU -cpu host -nodefaults -serial stdio -monitor none"; vmmbin=$VBLK_QEMU
+    else
+        CT_VMMCMD=$VBLK_BIN; vmmbin=$VBLK_BIN
+    fi
+    for t in "$vmmbin" "$TOOLS/lwlog" "$TOOLS/crashw"; do
         [ -x "$t" ] || { ct_log "missing $t"; echo "RESULT crashtest points=0 lost=0 control_points=0 control_lost=0"; return 1; }
     done
     command -v dmsetup >/dev/null && [ -c /dev/mapper/control ] ||
@@ -258,7 +272,7 @@ EOF
     if [ $quick = 0 ]; then
         ct_boot b 0 n3:none:io_uring:on n4:none:native:off w3:writeback:io_uring:off w4:writeback:threads:off \
             u2:unsafe:threads:off $e2
-        ct_boot c 1 s1:none:native:on s2:none:io_uring:off s3:writeback:io_uring:on s4:writeback:io_uring:off \
+        [ "$CT_VMM" = qemu ] || ct_boot c 1 s1:none:native:on s2:none:io_uring:off s3:writeback:io_uring:on s4:writeback:io_uring:off \
             u3:unsafe:io_uring:on
     fi
     st=0
