@@ -152,7 +152,7 @@ EOF
         ct_log "$name: $nsw rounds of x-data-plane switches on $ndisk disks, $nerr QMP errors"
         [ "$nerr" -eq 0 ] || { CT_SANE=0; grep '"error"' "$W/$name.qmp" | head -3 | sed 's/^/#   /'; }
     fi
-    ct_log "$name: vblk exited ${vrc:-?}; $(grep -c CRASHW-ACK "$W/$name.out") acks"
+    ct_log "$name: $CT_VMM exited ${vrc:-?}; $(grep -c CRASHW-ACK "$W/$name.out") acks"
     [ "$vrc" = 0 ] || { CT_SANE=0; tail -n 15 "$W/$name.out" | sed 's/^/#   /'; }
     grep -q 'LWMARK-FAIL' "$W/$name.out" && { CT_SANE=0; grep -m3 LWMARK-FAIL "$W/$name.out" | sed 's/^/#   /'; }
     for spec in "$@"; do
