@@ -121,6 +121,19 @@ kernel_fetch() {
         rm -rf "$tmp"
         touch "$dir/.done-acpi"
     fi
+    # Added for the power-loss test (scripts/crashtest): device-mapper, dm-log-writes, loop.
+    if [ ! -f "$dir/.done-dm" ]; then
+        vlog "fetching the dm-mod, dm-log-writes and loop modules of $pkg $ver"
+        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
+        chmod 755 "$tmp"
+        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
+            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
+        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
+            './lib/modules/*/kernel/drivers/md/dm-mod.ko' './lib/modules/*/kernel/drivers/md/dm-log-writes.ko' \
+            './lib/modules/*/kernel/drivers/block/loop.ko' || { rm -rf "$tmp"; vdie "unpacking the dm modules failed"; }
+        rm -rf "$tmp"
+        touch "$dir/.done-dm"
+    fi
     KDIR=$dir
     KVMLINUZ=$(ls "$dir"/boot/vmlinuz-* | head -1)
     KREL=${KVMLINUZ##*/vmlinuz-}
