@@ -722,11 +722,26 @@ for t in test-vmm-kvm test-vmm-virtio-pci; do
 done
 }
 
+# 19. Power loss with dm-log-writes: the L1 part of scripts/crashtest --quick
+# (tests/system/crashtest.sh; docs/reliability.md). Every write acknowledged
+# before a completed flush is on the replayed disk at every crash point, and
+# the cache=unsafe control must lose some.
+s19() {
+( sh "${VBLK_FILES:-$(dirname "$0")}/crashtest.sh" --quick; echo "crashtest-status $?" ) >"$dir/crash.log" 2>&1
+grep -E '^(RESULT|crashtest-status)|lost=[1-9]' "$dir/crash.log" | head -n 12 | sed 's/^/# /'
+res=$(grep '^RESULT crashtest' "$dir/crash.log")
+if grep -q '^crashtest-status 0$' "$dir/crash.log"; then
+    ok "power loss (dm-log-writes): $res"
+else
+    nok "power loss (dm-log-writes): ${res:-no RESULT}" "$dir/crash.log"
+fi
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=18
+nsections=19
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
