@@ -78,6 +78,10 @@ static void issue(RbdEngine *e, IOQReq *req)
     int r;
 
     REQ_ENGINE(req) = (uint64_t)(uintptr_t)e;
+    if ((req->op == IOQ_OP_READ || req->op == IOQ_OP_WRITE) && req->len == 0) {
+        push_done(e, req, 0); /* nothing to transfer (librbd refuses empty iovec arrays) */
+        return;
+    }
     r = rbd_aio_create_completion(req, rbd_cb, &c);
     if (r < 0) {
         push_done(e, req, r);
@@ -86,12 +90,10 @@ static void issue(RbdEngine *e, IOQReq *req)
     REQ_COMP(req) = (uint64_t)(uintptr_t)c;
     switch (req->op) {
     case IOQ_OP_READ:
-        r = req->len == 0 ? -ECANCELED
-                          : rbd_aio_readv(e->image, req->iov, req->niov, req->offset, c);
+        r = rbd_aio_readv(e->image, req->iov, req->niov, req->offset, c);
         break;
     case IOQ_OP_WRITE:
-        r = req->len == 0 ? -ECANCELED
-                          : rbd_aio_writev(e->image, req->iov, req->niov, req->offset, c);
+        r = rbd_aio_writev(e->image, req->iov, req->niov, req->offset, c);
         break;
     case IOQ_OP_FLUSH:
         r = rbd_aio_flush(e->image, c);
@@ -111,7 +113,7 @@ static void issue(RbdEngine *e, IOQReq *req)
         /* librbd refused it: the callback will not run */
         rbd_aio_release(c);
         REQ_COMP(req) = 0;
-        push_done(e, req, r == -ECANCELED ? 0 : r); /* an empty read or write: done */
+        push_done(e, req, r);
     }
 }
 
