@@ -4,7 +4,8 @@
  * unaligned offsets), flush, write-zeroes, discard, size and block_resize,
  * query-block's filename for -drive and -blockdev, option errors (one-line,
  * no crash), and werror=report when the OSD stops (rados_osd_op_timeout
- * from the filename), then I/O again once it is back.
+ * from the filename), then I/O again once it is back; werror=stop parks the
+ * write and resuming after the OSD's restart completes it.
  * Exits 77 (skip) with the reason when no cluster answers; without librbd it
  * checks the "not compiled in" error only.
  */
@@ -222,6 +223,74 @@ static void test_osd_fault(void)
     ceph_test_image_remove(conf, img);
 }
 
+typedef struct HookLog {
+    unsigned calls;
+    char action[16];
+    int error;
+} HookLog;
+
+static void hook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
+{
+    HookLog *h = opaque;
+
+    h->calls++;
+    g_strlcpy(h->action, ev->action, sizeof(h->action));
+    h->error = ev->error;
+}
+
+/*
+ * werror=stop: a write to a stopped OSD fails after rados_osd_op_timeout and
+ * is parked (BLOCK_IO_ERROR, action stop); once the OSD is back, resuming
+ * ('cont') completes it and the data is there.
+ */
+static void test_osd_stop_resume(void)
+{
+    g_autofree char *img = NULL;
+    BlockBackend *blk;
+    HookLog h = {0};
+    uint8_t w[4096], r[4096];
+    struct iovec iov = {w, sizeof(w)};
+    BtDone d = {0};
+    int64_t deadline;
+
+    if (!g_getenv("VBLK_CEPH_SCRIPT")) {
+        g_test_skip("VBLK_CEPH_SCRIPT is not set");
+        return;
+    }
+    img = ceph_test_image_new(conf, SIZE);
+    blk = bt_drive("file=rbd:rbd/%s:conf=%s:rados_osd_op_timeout=3,format=raw,werror=stop",
+                   img, conf);
+    blk_set_error_hook(blk, hook, &h);
+    fill(w, sizeof(w), 11);
+    g_assert_true(ceph_test_osd(false));
+    blk_aio_pwritev(blk, 65536, &iov, 1, sizeof(w), 0, bt_cb, &d);
+    deadline = event_clock_ns() + 20 * 1000000000LL;
+    while (!h.calls && event_clock_ns() < deadline) {
+        event_loop_run_once(bt_loop, true);
+    }
+    g_assert_cmpuint(h.calls, ==, 1);
+    g_assert_cmpstr(h.action, ==, "stop");
+    g_assert_false(d.done);
+    g_assert_cmpuint(blk_parked_count(blk), ==, 1);
+    g_assert_true(ceph_test_osd(true));
+    /* 'cont' until it goes through (a retry may time out while the PG peers) */
+    for (int i = 0; i < 10 && !d.done; i++) {
+        unsigned calls = h.calls;
+
+        blk_resume_parked(blk);
+        while (!d.done && h.calls == calls) {
+            event_loop_run_once(bt_loop, true);
+        }
+    }
+    g_assert_true(d.done);
+    g_assert_cmpint(d.ret, ==, 0);
+    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
+    g_assert_cmpint(bt_read(blk, 65536, r, sizeof(r)), ==, 0);
+    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+    blk_unref(blk);
+    ceph_test_image_remove(conf, img);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -238,5 +307,6 @@ int main(int argc, char **argv)
     g_test_add_func("/block-rbd/blockdev-resize", test_blockdev_resize);
     g_test_add_func("/block-rbd/errors", test_errors);
     g_test_add_func("/block-rbd/fault/osd-stop", test_osd_fault);
+    g_test_add_func("/block-rbd/fault/osd-stop-werror-stop", test_osd_stop_resume);
     return g_test_run();
 }
