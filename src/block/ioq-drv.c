@@ -175,3 +175,30 @@ void ioq_drv_detach(IoqDrv *d)
         d->submit_bh = NULL;
     }
 }
+
+/* Context: loop thread */
+void ioq_drv_bdrv_submit(BlockNode *bs, BlockNodeReq *req)
+{
+    if (!bdrv_req_prologue(bs, req)) {
+        ioq_drv_submit(bs->opaque, req);
+    }
+}
+
+/* Context: main loop */
+void ioq_drv_bdrv_attach(BlockNode *bs)
+{
+    ioq_drv_attach(bs->opaque);
+}
+
+/* Context: main loop; drained. Safe if never attached. */
+void ioq_drv_bdrv_detach(BlockNode *bs)
+{
+    if (bs->opaque) {
+        ioq_drv_detach(bs->opaque);
+    }
+}
+
+unsigned ioq_drv_bdrv_inflight(BlockNode *bs)
+{
+    return ((IoqDrv *)bs->opaque)->inflight;
+}

@@ -40,4 +40,14 @@ void ioq_drv_attach(IoqDrv *d);
 /* Context: main loop; drained. Safe if never attached. */
 void ioq_drv_detach(IoqDrv *d);
 
+/*
+ * BlockDriver callbacks for a driver whose state (bs->opaque) starts with
+ * its IoqDrv (nbd, rbd): submit after bdrv_req_prologue(), attach, detach
+ * (safe before open finished), inflight.
+ */
+void ioq_drv_bdrv_submit(BlockNode *bs, BlockNodeReq *req);
+void ioq_drv_bdrv_attach(BlockNode *bs);
+void ioq_drv_bdrv_detach(BlockNode *bs);
+unsigned ioq_drv_bdrv_inflight(BlockNode *bs);
+
 #endif /* VBLK_BLOCK_IOQ_DRV_H */

@@ -24,14 +24,16 @@
 #define NBD_BOUNCE_POOL  (8u << 20)
 
 typedef struct NbdState {
+    IoqDrv io; /* first: the IOQ's request glue (ioq-drv.h) */
     BlockNode *bs;
     char *uri; /* QEMU's filename for the node */
     char *host, *port, *path, *export_name;
     uint64_t reconnect_delay;
     IOQ *ioq;
     IOQRemoteInfo info;
-    IoqDrv io; /* the IOQ's request glue (ioq-drv.h) */
 } NbdState;
+/* the ioq_drv_bdrv_* callbacks take bs->opaque for its IoqDrv */
+G_STATIC_ASSERT(offsetof(NbdState, io) == 0);
 
 /* ---- options ---- */
 
@@ -266,39 +268,6 @@ static bool nbd_truncate(BlockNode *bs, uint64_t size, GError **errp)
     return false;
 }
 
-/* ---- requests ---- */
-
-/* Context: loop thread */
-static void nbd_submit(BlockNode *bs, BlockNodeReq *req)
-{
-    NbdState *s = bs->opaque;
-
-    if (!bdrv_req_prologue(bs, req)) {
-        ioq_drv_submit(&s->io, req);
-    }
-}
-
-/* Context: main loop */
-static void nbd_attach(BlockNode *bs)
-{
-    ioq_drv_attach(&((NbdState *)bs->opaque)->io);
-}
-
-/* Context: main loop; drained. Safe if never attached. */
-static void nbd_detach(BlockNode *bs)
-{
-    NbdState *s = bs->opaque;
-
-    if (s) {
-        ioq_drv_detach(&s->io);
-    }
-}
-
-static unsigned nbd_inflight(BlockNode *bs)
-{
-    return ((NbdState *)bs->opaque)->io.inflight;
-}
-
 /* Context: loop thread */
 const char *blk_nbd_node_filename(BlockNode *bs)
 {
@@ -331,10 +300,10 @@ const BlockDriver bdrv_nbd = {
     .name = "nbd",
     .open = nbd_open,
     .close = nbd_close_node,
-    .submit = nbd_submit,
+    .submit = ioq_drv_bdrv_submit,
     .getlength = nbd_getlength,
     .truncate = nbd_truncate,
-    .attach_loop = nbd_attach,
-    .detach_loop = nbd_detach,
-    .inflight = nbd_inflight,
+    .attach_loop = ioq_drv_bdrv_attach,
+    .detach_loop = ioq_drv_bdrv_detach,
+    .inflight = ioq_drv_bdrv_inflight,
 };

@@ -28,6 +28,7 @@
 #define RBD_BOUNCE_POOL (1u << 20) /* unused by the engine (iovecs go to librbd) */
 
 typedef struct RbdState {
+    IoqDrv io; /* first: the IOQ's request glue (ioq-drv.h) */
     BlockNode *bs;
     char *pool, *ns, *image, *conf, *user;
     GPtrArray *kv; /* key, value, ..., NULL: more Ceph options from the filename */
@@ -36,8 +37,9 @@ typedef struct RbdState {
     char *raw_filename; /* ... and of a raw node over it (-drive) */
     IOQ *ioq;
     IOQRemoteInfo info;
-    IoqDrv io; /* the IOQ's request glue (ioq-drv.h) */
 } RbdState;
+/* the ioq_drv_bdrv_* callbacks take bs->opaque for its IoqDrv */
+G_STATIC_ASSERT(offsetof(RbdState, io) == 0);
 
 /* ---- options ---- */
 
@@ -312,39 +314,6 @@ static bool rbd_truncate(BlockNode *bs, uint64_t size, GError **errp)
     return true;
 }
 
-/* ---- requests ---- */
-
-/* Context: loop thread */
-static void rbd_submit(BlockNode *bs, BlockNodeReq *req)
-{
-    RbdState *s = bs->opaque;
-
-    if (!bdrv_req_prologue(bs, req)) {
-        ioq_drv_submit(&s->io, req);
-    }
-}
-
-/* Context: main loop */
-static void rbd_attach(BlockNode *bs)
-{
-    ioq_drv_attach(&((RbdState *)bs->opaque)->io);
-}
-
-/* Context: main loop; drained. Safe if never attached. */
-static void rbd_detach(BlockNode *bs)
-{
-    RbdState *s = bs->opaque;
-
-    if (s) {
-        ioq_drv_detach(&s->io);
-    }
-}
-
-static unsigned rbd_inflight(BlockNode *bs)
-{
-    return ((RbdState *)bs->opaque)->io.inflight;
-}
-
 /* Context: loop thread */
 const char *blk_rbd_node_filename(BlockNode *bs, bool under_raw)
 {
@@ -379,10 +348,10 @@ const BlockDriver bdrv_rbd = {
     .name = "rbd",
     .open = rbd_open,
     .close = rbd_close_node,
-    .submit = rbd_submit,
+    .submit = ioq_drv_bdrv_submit,
     .getlength = rbd_getlength,
     .truncate = rbd_truncate,
-    .attach_loop = rbd_attach,
-    .detach_loop = rbd_detach,
-    .inflight = rbd_inflight,
+    .attach_loop = ioq_drv_bdrv_attach,
+    .detach_loop = ioq_drv_bdrv_detach,
+    .inflight = ioq_drv_bdrv_inflight,
 };
