@@ -12,8 +12,9 @@ static bool run(char **argv, char **out)
     g_autofree char *err = NULL;
     int status = -1;
 
-    if (!g_spawn_sync(NULL, argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, out, &err, &status,
-                      NULL)) {
+    GSpawnFlags flags = G_SPAWN_SEARCH_PATH | (out ? 0 : G_SPAWN_STDOUT_TO_DEV_NULL);
+
+    if (!g_spawn_sync(NULL, argv, NULL, flags, NULL, NULL, out, &err, &status, NULL)) {
         return false;
     }
     return g_spawn_check_wait_status(status, NULL);
