@@ -64,8 +64,8 @@ typedef enum BlockAioMode { BLOCK_AIO_THREADS, BLOCK_AIO_NATIVE, BLOCK_AIO_IO_UR
 /*
  * A -drive as the command line parsed it, handed over as is (nothing is
  * turned back into strings). The shape QEMU builds for it: a raw node over
- * a file, host_device or (for "null-co://" / "null-aio://") null node, or an
- * nbd node for an NBD URI.
+ * a file, host_device or (for "null-co://" / "null-aio://") null node, an
+ * nbd node for an NBD URI, or an rbd node for "rbd:POOL/IMAGE[:KEY=VALUE]...".
  */
 typedef struct BlockDriveConf {
     const char *file;      /* required */
@@ -99,17 +99,19 @@ BlockBackend *blk_new_from_drive(const BlockDriveConf *conf, GHashTable *extra, 
  * VMM's and are ignored here. A "file" starting with "null-co://" or
  * "null-aio://" selects the null driver, one starting with "nbd://",
  * "nbd+tcp://" or "nbd+unix://" the nbd driver (as QEMU does); reconnect-delay
- * (or file.reconnect-delay) goes to the nbd node.
+ * (or file.reconnect-delay) goes to the nbd node; one starting with "rbd:"
+ * the rbd driver (QEMU's legacy filename).
  *
  * -blockdev keys (QEMU's, nested with dots): driver (raw, file, host_device,
- * null-co, null-aio, blkdebug, nbd), node-name, read-only, discard, cache.direct,
+ * null-co, null-aio, blkdebug, nbd, rbd), node-name, read-only, discard, cache.direct,
  * cache.no-flush, detect-zeroes=off; per driver: file: filename, aio,
  * locking (ignored); raw: offset, size, file.* (child); null-*: size,
  * read-zeroes, latency-ns; blkdebug: image.* (child), align,
  * inject-error.N.{event,errno,once,sector,x-nth} (event: read_aio,
  * write_aio, flush_to_disk, discard, write_zeroes or any); nbd:
  * server.type (inet: server.host, server.port; unix: server.path), export,
- * reconnect-delay, or filename=URI.
+ * reconnect-delay, or filename=URI; rbd: pool, image, namespace, conf, user,
+ * or filename=rbd:... (refused without librbd: "rbd support not compiled in").
  *
  * @loop: the EventLoop the backend runs in (the main loop's); borrowed.
  * Context: main loop, BQL held.
@@ -125,6 +127,8 @@ GHashTable *blk_opts_parse(const char *str);
 
 /* Whether a -drive file= is an NBD URI (nbd://, nbd+tcp://, nbd+unix://). Context: any thread */
 bool blk_is_nbd_uri(const char *file);
+/* Whether a -drive file= is an RBD filename (rbd:POOL/IMAGE...). Context: any thread */
+bool blk_is_rbd_filename(const char *file);
 
 /* Drains, then frees the backend and its nodes. NULL is ignored. Context: main loop. */
 void blk_unref(BlockBackend *blk);
@@ -321,6 +325,12 @@ typedef struct BlockHostInfo {
     const char *nbd_socket;          /* ... a unix socket */
     const char *nbd_export;          /* NULL: the default export */
     uint64_t nbd_reconnect_delay;    /* seconds */
+    /* rbd leaf: the image (filename is QEMU's json:); the dataplane opens its own handle */
+    bool rbd;
+    const char *rbd_pool, *rbd_namespace, *rbd_image;
+    const char *rbd_conf, *rbd_user;  /* NULL: librados' defaults */
+    const char *const *rbd_conf_kv;   /* more Ceph options: key, value, ..., NULL */
+    uint64_t rbd_object_size;         /* QEMU's cluster-size */
     /*
      * NULL when a request at offset X of the backend is a request at offset
      * X of the leaf; else why not (a blkdebug filter, a raw offset/size window).

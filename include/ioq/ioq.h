@@ -14,7 +14,8 @@
  *   ioq_process_completions()  reaps them and runs the callbacks
  *
  * Engines: "native" (libaio), "io_uring", "null", "nbd" (a remote disk through
- * libnbd's asynchronous API, see below).  Requests are owned by the
+ * libnbd's asynchronous API, see below), "rbd" (a Ceph RBD image through
+ * librbd's aio calls, when built with librbd).  Requests are owned by the
  * caller (embed IOQReq in the request slot): nothing is allocated per request.
  * See docs/ioq.md for the flush/discard strategies and the bounce pool.
  *
@@ -109,17 +110,37 @@ typedef struct IOQNbdConfig {
     unsigned connect_timeout_ms; /* 0: 10 s */
 } IOQNbdConfig;
 
-/* What the NBD server said in the handshake (ioq_get_remote_info()). */
+/*
+ * The "rbd" engine's image (only when vblk was built with librbd; otherwise
+ * ioq_new() fails with "rbd support not compiled in"). The engine connects
+ * to the cluster and opens the image in ioq_new(), bounded by
+ * connect_timeout_s. Requests become librbd aio calls; their completions
+ * arrive on librbd's threads and reach the IOQ thread through the
+ * completion eventfd.
+ */
+typedef struct IOQRbdConfig {
+    const char *pool;
+    const char *rbd_namespace; /* NULL: the default namespace */
+    const char *image;
+    const char *conf;          /* ceph.conf path; NULL: librados' default search */
+    const char *user;          /* client id without "client."; NULL: "admin" */
+    unsigned connect_timeout_s; /* 0: 10 s */
+    unsigned op_timeout_s;      /* rados_osd_op_timeout; 0: librados' default (none) */
+    const char *const *conf_kv; /* more options: key, value, ..., NULL */
+} IOQRbdConfig;
+
+/* What the NBD server said in the handshake, or the RBD image (ioq_get_remote_info()). */
 typedef struct IOQRemoteInfo {
     uint64_t size;
     bool read_only;
     bool can_flush, can_fua, can_trim, can_zero;
     uint32_t min_block; /* 1 when the server gave none */
     uint64_t max_block; /* largest request the engine takes (bytes) */
+    uint64_t object_size; /* rbd: the image's object size (QEMU's cluster-size); else 0 */
 } IOQRemoteInfo;
 
 typedef struct IOQConfig {
-    const char *engine;          /* "native", "io_uring", "null" or "nbd" */
+    const char *engine;          /* "native", "io_uring", "null", "nbd" or "rbd" */
     int fd;                      /* backing file; -1 for null */
     unsigned queue_depth;        /* max requests in flight (default 128) */
     unsigned max_batch;          /* requests per submit syscall (default 32) */
@@ -131,6 +152,7 @@ typedef struct IOQConfig {
     bool null_read_zeroes;       /* null: fill reads with zeroes */
     bool force_helper;           /* use the helper thread for flush/discard (tests) */
     IOQNbdConfig nbd;            /* engine "nbd" (fd unused) */
+    IOQRbdConfig rbd;            /* engine "rbd" (fd unused) */
 } IOQConfig;
 
 /* Counters, readable from any thread without locks (relaxed atomics). */
@@ -199,6 +221,13 @@ void ioq_clear_fd(IOQ *ioq);
  * false for the others). The size is the one of the first connection.
  */
 bool ioq_get_remote_info(IOQ *ioq, IOQRemoteInfo *info);
+/*
+ * Context: IOQ thread; drained. Resize the remote disk ("rbd" engine; the
+ * others fail with ENOTSUP). Synchronous.
+ */
+bool ioq_remote_resize(IOQ *ioq, uint64_t size, GError **errp);
+/* Whether this build has the "rbd" engine. Context: any thread */
+bool ioq_have_rbd(void);
 
 /*
  * Reap every ready completion without blocking and run the callbacks; then

@@ -312,7 +312,8 @@ const char *blk_root_driver_name(BlockBackend *blk)
 const char *blk_get_filename(BlockBackend *blk)
 {
     for (BlockNode *bs = blk->root; bs; bs = bs->child) {
-        const char *fn = blk_file_node_filename(bs) ?: blk_nbd_node_filename(bs);
+        const char *fn = blk_file_node_filename(bs) ?: blk_nbd_node_filename(bs)
+                                                 ?: blk_rbd_node_filename(bs, bs != blk->root);
 
         if (fn) {
             return fn;
@@ -328,7 +329,7 @@ void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info)
     *info = (BlockHostInfo){.read_only = blk->root->read_only};
     for (BlockNode *bs = blk->root; bs; bs = bs->child) {
         if (blk_file_node_host_info(bs, info) || blk_null_node_host_info(bs, info) ||
-            blk_nbd_node_host_info(bs, info)) {
+            blk_nbd_node_host_info(bs, info) || blk_rbd_node_host_info(bs, info)) {
             info->no_flush = bs->no_flush;
             return;
         }
@@ -338,7 +339,7 @@ void blk_get_host_info(BlockBackend *blk, BlockHostInfo *info)
             info->not_passthrough = "a raw node with offset or size";
         }
     }
-    info->not_passthrough = "no file, null or nbd node";
+    info->not_passthrough = "no file, null, nbd or rbd node";
 }
 
 /* Context: loop thread */

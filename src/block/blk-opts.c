@@ -150,7 +150,13 @@ bool blk_is_nbd_uri(const char *file)
            g_str_has_prefix(file, "nbd+unix://");
 }
 
-/* The node graph of a -drive: raw over file/host_device/null/nbd. */
+/* Context: any thread */
+bool blk_is_rbd_filename(const char *file)
+{
+    return g_str_has_prefix(file, "rbd:");
+}
+
+/* The node graph of a -drive: raw over file/host_device/null/nbd/rbd. */
 static void drive_nodes(const BlockDriveConf *c, BlockOpts *in, BlockOpts *out)
 {
     static const char *const aio[] = {"threads", "native", "io_uring"};
@@ -186,6 +192,11 @@ static void drive_nodes(const BlockDriveConf *c, BlockOpts *in, BlockOpts *out)
         if (delay2 || delay) {
             block_opts_set(out, "file.reconnect-delay", delay2 ? delay2 : delay);
         }
+        return;
+    }
+    if (blk_is_rbd_filename(c->file)) {
+        block_opts_set(out, "file.driver", "rbd");
+        block_opts_set(out, "file.filename", c->file);
         return;
     }
     block_opts_set(out, "file.driver",

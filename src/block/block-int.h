@@ -93,6 +93,7 @@ extern const BlockDriver bdrv_null_co;
 extern const BlockDriver bdrv_null_aio;
 extern const BlockDriver bdrv_blkdebug;
 extern const BlockDriver bdrv_nbd;
+extern const BlockDriver bdrv_rbd;
 
 /* ---- node.c ---- */
 
@@ -118,6 +119,12 @@ bool blk_null_node_host_info(BlockNode *bs, BlockHostInfo *info);
 /* An nbd node (nbd.c): its URI (QEMU's filename), and the server for the dataplane's connection. */
 const char *blk_nbd_node_filename(BlockNode *bs);
 bool blk_nbd_node_host_info(BlockNode *bs, BlockHostInfo *info);
+/*
+ * An rbd node (rbd.c): its json: filename (@under_raw: the one QEMU prints
+ * for a raw node over it), and the image for the dataplane's handle.
+ */
+const char *blk_rbd_node_filename(BlockNode *bs, bool under_raw);
+bool blk_rbd_node_host_info(BlockNode *bs, BlockHostInfo *info);
 /* Whether a raw node maps offsets 1:1 onto its child (no offset/size window). */
 bool blk_raw_node_is_identity(BlockNode *bs);
 /* Inherit alignment limits from the child (filters and formats). */

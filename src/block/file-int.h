@@ -9,7 +9,7 @@
 
 #include "block-int.h"
 #include "thread-pool.h"
-#include "ioq/ioq.h"
+#include "ioq-drv.h"
 
 typedef enum FileAio { FILE_AIO_THREADS, FILE_AIO_NATIVE, FILE_AIO_IO_URING } FileAio;
 
@@ -21,10 +21,8 @@ typedef struct FileState {
     FileAio aio;
     ThreadPool *pool;   /* aio=threads */
     IOQ *ioq;           /* aio=native / io_uring */
-    EventBH *submit_bh; /* batches ioq_submit() per loop iteration */
-    GQueue pending;     /* FileReq* waiting for submit_bh */
-    bool fd_watched;
-    unsigned inflight;
+    IoqDrv io;          /* the IOQ's request glue (ioq-drv.h) */
+    unsigned inflight;  /* aio=threads: requests in the pool */
 } FileState;
 
 #define FILE_POOL_WORKERS 8

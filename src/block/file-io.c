@@ -27,7 +27,6 @@
 
 typedef struct FileReq {
     ThreadPoolItem item;
-    IOQReq ioreq;
     FileState *s;
     BlockNodeReq *req;
 } FileReq;
@@ -175,8 +174,9 @@ static int file_worker(ThreadPoolItem *item)
 
 /* ---- completion (loop thread) ---- */
 
-static void file_req_finish(FileReq *fr, int ret)
+static void pool_done(ThreadPoolItem *item, int ret)
 {
+    FileReq *fr = container_of(item, FileReq, item);
     BlockNodeReq *r = fr->req;
 
     fr->s->inflight--;
@@ -184,125 +184,7 @@ static void file_req_finish(FileReq *fr, int ret)
     r->cb(r, ret);
 }
 
-static void pool_done(ThreadPoolItem *item, int ret)
-{
-    file_req_finish(container_of(item, FileReq, item), ret);
-}
-
-/* A writethrough write (IOQ_REQ_FUA) arrives here once its flush is done too. */
-static void ioq_done(IOQReq *ior, int ret)
-{
-    FileReq *fr = ior->opaque;
-
-    if (ret == -EOPNOTSUPP && ior->op == IOQ_OP_DISCARD) {
-        ret = 0;
-    }
-    file_req_finish(fr, ret);
-}
-
-static void ioq_fd_read(void *opaque)
-{
-    FileState *s = opaque;
-    uint64_t v;
-
-    /* clear the eventfd first, then reap: a completion after this re-arms it */
-    if (read(ioq_get_fd(s->ioq), &v, sizeof(v)) < 0 && errno != EAGAIN) {
-        error_report_id(s->filename, "IOQ eventfd read failed: %s", g_strerror(errno));
-    }
-    ioq_process_completions(s->ioq);
-}
-
-static void enqueue_one(FileState *s, FileReq *fr);
-
-/*
- * Requests are handed to the IOQ only from this BH, never from inside
- * ioq_process_completions(): a completion callback that issues a new request
- * (resubmission, RMW, a guest-like workload on a fast device) would otherwise
- * keep the reap loop busy forever and starve the rest of the main loop.
- */
-static void submit_bh_cb(void *opaque)
-{
-    FileState *s = opaque;
-    FileReq *fr;
-
-    while ((fr = g_queue_pop_head(&s->pending))) {
-        enqueue_one(s, fr);
-    }
-    ioq_submit(s->ioq);
-}
-
 /* ---- submission ---- */
-
-static bool is_write_op(BlockOp op)
-{
-    return op == BLOCK_OP_WRITE || op == BLOCK_OP_WRITE_ZEROES;
-}
-
-static void count_op(BlockNode *bs, BlockNodeReq *req)
-{
-    switch (req->op) {
-    case BLOCK_OP_READ:
-        bs->stats.reads++;
-        break;
-    case BLOCK_OP_WRITE:
-        bs->stats.writes++;
-        break;
-    case BLOCK_OP_FLUSH:
-        bs->stats.flushes++;
-        break;
-    case BLOCK_OP_DISCARD:
-        bs->stats.discards++;
-        bs->stats.discard_bytes += req->bytes;
-        break;
-    case BLOCK_OP_WRITE_ZEROES:
-        bs->stats.write_zeroes++;
-        break;
-    default:
-        break;
-    }
-    if ((req->flags & BLK_REQ_FUA) && !bs->no_flush && is_write_op(req->op)) {
-        bs->stats.flushes++; /* the fdatasync that makes it stable */
-    }
-}
-
-static const IOQOp ioq_ops[] = {
-    [BLOCK_OP_READ] = IOQ_OP_READ,
-    [BLOCK_OP_WRITE] = IOQ_OP_WRITE,
-    [BLOCK_OP_FLUSH] = IOQ_OP_FLUSH,
-    [BLOCK_OP_DISCARD] = IOQ_OP_DISCARD,
-    [BLOCK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
-};
-
-static void enqueue_one(FileState *s, FileReq *fr)
-{
-    BlockNodeReq *r = fr->req;
-    IOQReq *ior = &fr->ioreq;
-    int ret;
-
-    ior->op = ioq_ops[r->op];
-    ior->offset = r->offset;
-    ior->len = r->op == BLOCK_OP_FLUSH ? 0 : r->bytes;
-    ior->iov = r->iov;
-    ior->niov = r->niov;
-    ior->may_unmap = (r->flags & BLK_REQ_MAY_UNMAP) != 0;
-    /* writethrough: the IOQ flushes after the write, before completing it */
-    ior->flags =
-        (r->flags & BLK_REQ_FUA) && !s->bs->no_flush && is_write_op(r->op) ? IOQ_REQ_FUA : 0;
-    ior->cb = ioq_done;
-    ior->opaque = fr;
-    ret = ioq_enqueue(s->ioq, ior);
-    if (ret < 0) {
-        s->inflight--;
-        g_free(fr);
-        bdrv_complete_later(s->bs, r, ret);
-    }
-}
-
-static void submit_ioq(FileState *s, FileReq *fr)
-{
-    g_queue_push_tail(&s->pending, fr);
-    event_bh_schedule(s->submit_bh);
-}
 
 /* Context: loop thread */
 void file_io_submit(BlockNode *bs, BlockNodeReq *req)
@@ -310,28 +192,21 @@ void file_io_submit(BlockNode *bs, BlockNodeReq *req)
     FileState *s = bs->opaque;
     FileReq *fr;
 
-    if (req->op >= BLOCK_OP__MAX) {
-        bdrv_complete_later(bs, req, -EINVAL);
-        return;
-    }
-    if (req->op == BLOCK_OP_FLUSH && bs->no_flush) {
-        bs->stats.flushes_skipped++;
-        bdrv_complete_later(bs, req, 0);
-        return;
-    }
     /* Both paths count a writethrough write's flush here, when it is asked for. */
-    count_op(bs, req);
+    if (bdrv_req_prologue(bs, req)) {
+        return;
+    }
+    if (s->aio != FILE_AIO_THREADS) {
+        ioq_drv_submit(&s->io, req);
+        return;
+    }
     fr = g_new0(FileReq, 1);
     fr->s = s;
     fr->req = req;
     s->inflight++;
-    if (s->aio == FILE_AIO_THREADS) {
-        fr->item.fn = file_worker;
-        fr->item.done = pool_done;
-        thread_pool_submit(s->pool, &fr->item);
-    } else {
-        submit_ioq(s, fr);
-    }
+    fr->item.fn = file_worker;
+    fr->item.done = pool_done;
+    thread_pool_submit(s->pool, &fr->item);
 }
 
 /* ---- setup ---- */
@@ -353,7 +228,11 @@ bool file_io_init(BlockNode *bs, GError **errp)
         return true;
     }
     s->ioq = ioq_new(&cfg, errp);
-    return s->ioq != NULL;
+    if (!s->ioq) {
+        return false;
+    }
+    ioq_drv_init(&s->io, bs, s->ioq, s->filename);
+    return true;
 }
 
 /* Context: main loop; drained */
@@ -373,20 +252,12 @@ void file_io_cleanup(BlockNode *bs)
 void file_io_attach(BlockNode *bs)
 {
     FileState *s = bs->opaque;
-    EventFdOps ops = {.read = ioq_fd_read};
-    GError *err = NULL;
 
     if (s->pool) {
         thread_pool_set_loop(s->pool, bs->loop);
         return;
     }
-    s->submit_bh = event_bh_new(bs->loop, submit_bh_cb, s);
-    if (!event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), &ops, s, &err)) {
-        error_report_id(s->filename, "cannot watch the IOQ: %s", err->message);
-        g_error_free(err);
-        return;
-    }
-    s->fd_watched = true;
+    ioq_drv_attach(&s->io);
 }
 
 /* Context: main loop; drained. Safe if never attached. */
@@ -401,12 +272,5 @@ void file_io_detach(BlockNode *bs)
         thread_pool_set_loop(s->pool, NULL);
         return;
     }
-    if (s->fd_watched) {
-        event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), NULL, NULL, NULL);
-        s->fd_watched = false;
-    }
-    if (s->submit_bh) {
-        event_bh_delete(s->submit_bh);
-        s->submit_bh = NULL;
-    }
+    ioq_drv_detach(&s->io);
 }

@@ -228,7 +228,9 @@ static bool file_truncate(BlockNode *bs, uint64_t size, GError **errp)
 
 static unsigned file_inflight(BlockNode *bs)
 {
-    return ((FileState *)bs->opaque)->inflight;
+    FileState *s = bs->opaque;
+
+    return s->inflight + s->io.inflight;
 }
 
 /* Context: loop thread */

@@ -8,8 +8,8 @@
  * URI forms instead: nbd://HOST[:PORT][/EXPORT], nbd+tcp://..., and
  * nbd+unix:///EXPORT?socket=PATH. query-block shows the URI QEMU prints.
  *
- * Requests go to the IOQ from a bottom half, as file-io.c does, and its
- * epoll fd is watched by the node's loop. The dataplane does not share this
+ * Requests go to the IOQ through ioq-drv.h, as file-io.c's do: from a
+ * bottom half, with its epoll fd watched by the node's loop. The dataplane does not share this
  * connection: it opens its own from blk_get_host_info() (the server must
  * accept two clients; qemu-nbd needs --shared=2 or more).
  *
@@ -18,31 +18,22 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "block-int.h"
-#include "ioq/ioq.h"
-#include "util/error-report.h"
+#include "ioq-drv.h"
 
 #define NBD_DEFAULT_PORT "10809"
 #define NBD_BOUNCE_POOL  (8u << 20)
 
 typedef struct NbdState {
+    IoqDrv io; /* first: the IOQ's request glue (ioq-drv.h) */
     BlockNode *bs;
     char *uri; /* QEMU's filename for the node */
     char *host, *port, *path, *export_name;
     uint64_t reconnect_delay;
     IOQ *ioq;
     IOQRemoteInfo info;
-    EventBH *submit_bh;
-    GQueue pending; /* NbdReq* waiting for submit_bh */
-    bool fd_watched;
-    unsigned inflight;
 } NbdState;
-
-typedef struct NbdReq {
-    IOQReq ioreq;
-    NbdState *s;
-    BlockNodeReq *req;
-} NbdReq;
+/* the ioq_drv_bdrv_* callbacks take bs->opaque for its IoqDrv */
+G_STATIC_ASSERT(offsetof(NbdState, io) == 0);
 
 /* ---- options ---- */
 
@@ -202,7 +193,6 @@ static bool nbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
     GError *err = NULL;
 
     s->bs = bs;
-    g_queue_init(&s->pending);
     if (block_opts_get(opts, "tls-creds") || block_opts_get(opts, "tls-hostname")) {
         g_set_error(errp, BLOCK_ERROR, ENOTSUP, "TLS is not supported by vblk's nbd driver");
         goto fail;
@@ -242,6 +232,7 @@ static bool nbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
         goto fail;
     }
     bs->request_alignment = s->info.min_block;
+    ioq_drv_init(&s->io, bs, s->ioq, s->uri);
     bs->opaque = s;
     return true;
 
@@ -277,163 +268,6 @@ static bool nbd_truncate(BlockNode *bs, uint64_t size, GError **errp)
     return false;
 }
 
-/* ---- requests ---- */
-
-static void nbd_req_done(IOQReq *ior, int ret)
-{
-    NbdReq *nr = ior->opaque;
-    BlockNodeReq *r = nr->req;
-
-    nr->s->inflight--;
-    g_free(nr);
-    r->cb(r, ret);
-}
-
-static const IOQOp ioq_ops[] = {
-    [BLOCK_OP_READ] = IOQ_OP_READ,
-    [BLOCK_OP_WRITE] = IOQ_OP_WRITE,
-    [BLOCK_OP_FLUSH] = IOQ_OP_FLUSH,
-    [BLOCK_OP_DISCARD] = IOQ_OP_DISCARD,
-    [BLOCK_OP_WRITE_ZEROES] = IOQ_OP_WRITE_ZEROES,
-};
-
-static bool is_write_op(BlockOp op)
-{
-    return op == BLOCK_OP_WRITE || op == BLOCK_OP_WRITE_ZEROES;
-}
-
-static void enqueue_one(NbdState *s, NbdReq *nr)
-{
-    BlockNodeReq *r = nr->req;
-    IOQReq *ior = &nr->ioreq;
-    int ret;
-
-    ior->op = ioq_ops[r->op];
-    ior->offset = r->offset;
-    ior->len = r->op == BLOCK_OP_FLUSH ? 0 : r->bytes;
-    ior->iov = r->iov;
-    ior->niov = r->niov;
-    ior->may_unmap = (r->flags & BLK_REQ_MAY_UNMAP) != 0;
-    /* writethrough: the IOQ flushes after the write, before completing it */
-    ior->flags =
-        (r->flags & BLK_REQ_FUA) && !s->bs->no_flush && is_write_op(r->op) ? IOQ_REQ_FUA : 0;
-    ior->cb = nbd_req_done;
-    ior->opaque = nr;
-    ret = ioq_enqueue(s->ioq, ior);
-    if (ret < 0) {
-        s->inflight--;
-        g_free(nr);
-        bdrv_complete_later(s->bs, r, ret);
-    }
-}
-
-/* One ioq_submit() per loop iteration; never from inside a completion (see file-io.c). */
-static void submit_bh_cb(void *opaque)
-{
-    NbdState *s = opaque;
-    NbdReq *nr;
-
-    while ((nr = g_queue_pop_head(&s->pending))) {
-        enqueue_one(s, nr);
-    }
-    ioq_submit(s->ioq);
-}
-
-static void count_op(BlockNode *bs, BlockNodeReq *req)
-{
-    switch (req->op) {
-    case BLOCK_OP_READ:
-        bs->stats.reads++;
-        break;
-    case BLOCK_OP_WRITE:
-        bs->stats.writes++;
-        break;
-    case BLOCK_OP_FLUSH:
-        bs->stats.flushes++;
-        break;
-    case BLOCK_OP_DISCARD:
-        bs->stats.discards++;
-        bs->stats.discard_bytes += req->bytes;
-        break;
-    case BLOCK_OP_WRITE_ZEROES:
-        bs->stats.write_zeroes++;
-        break;
-    default:
-        break;
-    }
-}
-
-/* Context: loop thread */
-static void nbd_submit(BlockNode *bs, BlockNodeReq *req)
-{
-    NbdState *s = bs->opaque;
-    NbdReq *nr;
-
-    if (req->op >= BLOCK_OP__MAX) {
-        bdrv_complete_later(bs, req, -EINVAL);
-        return;
-    }
-    if (req->op == BLOCK_OP_FLUSH && bs->no_flush) {
-        bs->stats.flushes_skipped++;
-        bdrv_complete_later(bs, req, 0);
-        return;
-    }
-    count_op(bs, req);
-    nr = g_new0(NbdReq, 1);
-    nr->s = s;
-    nr->req = req;
-    s->inflight++;
-    g_queue_push_tail(&s->pending, nr);
-    event_bh_schedule(s->submit_bh);
-}
-
-static void nbd_fd_read(void *opaque)
-{
-    NbdState *s = opaque;
-
-    ioq_clear_fd(s->ioq);
-    ioq_process_completions(s->ioq);
-}
-
-/* Context: main loop */
-static void nbd_attach(BlockNode *bs)
-{
-    NbdState *s = bs->opaque;
-    EventFdOps ops = {.read = nbd_fd_read};
-    GError *err = NULL;
-
-    s->submit_bh = event_bh_new(bs->loop, submit_bh_cb, s);
-    if (!event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), &ops, s, &err)) {
-        error_report_id(s->uri, "cannot watch the NBD connection: %s", err->message);
-        g_error_free(err);
-        return;
-    }
-    s->fd_watched = true;
-}
-
-/* Context: main loop; drained. Safe if never attached. */
-static void nbd_detach(BlockNode *bs)
-{
-    NbdState *s = bs->opaque;
-
-    if (!s) {
-        return;
-    }
-    if (s->fd_watched) {
-        event_loop_set_fd_handler(bs->loop, ioq_get_fd(s->ioq), NULL, NULL, NULL);
-        s->fd_watched = false;
-    }
-    if (s->submit_bh) {
-        event_bh_delete(s->submit_bh);
-        s->submit_bh = NULL;
-    }
-}
-
-static unsigned nbd_inflight(BlockNode *bs)
-{
-    return ((NbdState *)bs->opaque)->inflight;
-}
-
 /* Context: loop thread */
 const char *blk_nbd_node_filename(BlockNode *bs)
 {
@@ -466,10 +300,10 @@ const BlockDriver bdrv_nbd = {
     .name = "nbd",
     .open = nbd_open,
     .close = nbd_close_node,
-    .submit = nbd_submit,
+    .submit = ioq_drv_bdrv_submit,
     .getlength = nbd_getlength,
     .truncate = nbd_truncate,
-    .attach_loop = nbd_attach,
-    .detach_loop = nbd_detach,
-    .inflight = nbd_inflight,
+    .attach_loop = ioq_drv_bdrv_attach,
+    .detach_loop = ioq_drv_bdrv_detach,
+    .inflight = ioq_drv_bdrv_inflight,
 };

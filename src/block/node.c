@@ -9,7 +9,7 @@
 
 static const BlockDriver *const drivers[] = {
     &bdrv_file, &bdrv_host_device, &bdrv_raw, &bdrv_null_co, &bdrv_null_aio, &bdrv_blkdebug,
-    &bdrv_nbd,
+    &bdrv_nbd, &bdrv_rbd,
 };
 
 /* What a child inherits from its parent unless its own options override it. */

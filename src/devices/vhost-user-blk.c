@@ -46,6 +46,8 @@ struct VhostUserBlkExport {
     int fd; /* the dataplane's own fd on the image, or -1 */
     const char *engine;
     bool direct, no_flush, null_read_zeroes;
+    IOQNbdConfig nbd; /* engine "nbd": the server (strings borrowed from the backend) */
+    IOQRbdConfig rbd; /* engine "rbd": the image (strings borrowed from the backend) */
 
     int listen_fd;
     bool listening;
@@ -208,7 +210,9 @@ static bool vub_start(void *opaque, const GuestMem *gm, const VhostUserRing *rin
                 .direct = e->direct,
                 .null_read_zeroes = e->null_read_zeroes,
                 .logical_block_size = e->conf.logical_block_size,
-                .bounce_pool_size = 8 << 20},
+                .bounce_pool_size = 8 << 20,
+                .nbd = e->nbd,
+                .rbd = e->rbd},
     };
     e->sw = dp_switch_new(&sc, errp);
     if (!e->sw) {
@@ -373,6 +377,26 @@ static bool vub_open_host(VhostUserBlkExport *e, bool readonly, GError **errp)
     if (hi.null) {
         e->engine = "null";
         e->null_read_zeroes = hi.null_read_zeroes;
+        return true;
+    }
+    if (hi.nbd) {
+        /* remote nodes: the dataplane's own connection / image handle, as virtio-blk-pci's */
+        e->engine = "nbd";
+        e->nbd = (IOQNbdConfig){.host = hi.nbd_host,
+                                .port = hi.nbd_port,
+                                .socket = hi.nbd_socket,
+                                .export_name = hi.nbd_export,
+                                .reconnect_delay_s = hi.nbd_reconnect_delay};
+        return true;
+    }
+    if (hi.rbd) {
+        e->engine = "rbd";
+        e->rbd = (IOQRbdConfig){.pool = hi.rbd_pool,
+                                .rbd_namespace = hi.rbd_namespace,
+                                .image = hi.rbd_image,
+                                .conf = hi.rbd_conf,
+                                .user = hi.rbd_user,
+                                .conf_kv = hi.rbd_conf_kv};
         return true;
     }
     e->fd =

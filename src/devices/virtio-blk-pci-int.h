@@ -30,7 +30,8 @@ struct VirtIOBlkPCI {
     bool null_read_zeroes;
     const char *engine;
     IOQNbdConfig nbd; /* engine "nbd": the server (strings borrowed from the backend) */
-    bool nbd_direct;  /* engine "nbd": cache.direct as given (query-block) */
+    IOQRbdConfig rbd; /* engine "rbd": the image (strings borrowed from the backend) */
+    bool nbd_direct;  /* engine "nbd" or "rbd": cache.direct as given (query-block) */
     char *no_dataplane;    /* why this drive cannot use the dataplane, or NULL */
     bool data_plane;       /* wanted path: x-data-plane / iothread= */
     IOThread *iothread;    /* borrowed from the registry: queue 0's */

@@ -217,7 +217,7 @@ static int64_t actual_size(VirtIOBlkPCI *s)
     struct stat st;
 
     blk_get_host_info(s->backend, &hi);
-    if (!hi.filename || hi.nbd || stat(hi.filename, &st) < 0) {
+    if (!hi.filename || hi.nbd || hi.rbd || stat(hi.filename, &st) < 0) {
         return -1;
     }
     return (int64_t)st.st_blocks * 512;
@@ -229,6 +229,7 @@ static void add_block_info(JsonBuilder *b, VirtIOBlkPCI *s)
     g_autofree char *qdev = g_strdup_printf("/machine/peripheral/%s/virtio-backend", s->id);
     int64_t len = blk_getlength(s->backend);
     int64_t used = actual_size(s);
+    BlockHostInfo hi;
 
     json_builder_begin_object(b);
     add_str(b, "device", s->blockdev ? "" : s->drive_id);
@@ -256,6 +257,20 @@ static void add_block_info(JsonBuilder *b, VirtIOBlkPCI *s)
         add_int(b, "actual-size", used);
     }
     add_int(b, "virtual-size", len < 0 ? 0 : len);
+    blk_get_host_info(s->backend, &hi);
+    if (hi.rbd && hi.rbd_object_size) {
+        add_int(b, "cluster-size", (int64_t)hi.rbd_object_size); /* QEMU's rbd getinfo */
+    }
+    if (hi.rbd && !strcmp(blk_root_driver_name(s->backend), "rbd")) {
+        /* QEMU 7.2's rbd: {"type": "rbd", "data": {}} for an unencrypted image */
+        json_builder_set_member_name(b, "format-specific");
+        json_builder_begin_object(b);
+        add_str(b, "type", "rbd");
+        json_builder_set_member_name(b, "data");
+        json_builder_begin_object(b);
+        json_builder_end_object(b);
+        json_builder_end_object(b);
+    }
     json_builder_end_object(b);
     add_throttle(b, s);
     json_builder_set_member_name(b, "cache");

@@ -225,7 +225,8 @@ static bool blk_start_paths(VirtIOBlkPCI *s, GError **errp)
                 .null_read_zeroes = s->null_read_zeroes,
                 .logical_block_size = s->conf.logical_block_size,
                 .bounce_pool_size = 8 << 20,
-                .nbd = s->nbd},
+                .nbd = s->nbd,
+                .rbd = s->rbd},
     };
     DataPlaneQueue dq[VIRTIO_BLK_MAX_QUEUES];
 
@@ -387,6 +388,18 @@ static bool blk_open_host(VirtIOBlkPCI *s, const char *what, uint64_t *bytes, GE
                                 .socket = hi.nbd_socket,
                                 .export_name = hi.nbd_export,
                                 .reconnect_delay_s = hi.nbd_reconnect_delay};
+        return true;
+    }
+    if (hi.rbd) {
+        /* The dataplane's own handle on the same image, opened with the paths. */
+        s->engine = "rbd";
+        s->nbd_direct = hi.direct;
+        s->rbd = (IOQRbdConfig){.pool = hi.rbd_pool,
+                                .rbd_namespace = hi.rbd_namespace,
+                                .image = hi.rbd_image,
+                                .conf = hi.rbd_conf,
+                                .user = hi.rbd_user,
+                                .conf_kv = hi.rbd_conf_kv};
         return true;
     }
     s->fd = open(hi.filename,

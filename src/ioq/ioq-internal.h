@@ -1,6 +1,7 @@
 /*
  * IOQ internals shared by the engine-neutral core (ioq.c), the helper thread
- * (ioq-helper.c) and the engines (ioq-aio.c, ioq-uring.c, ioq-null.c).
+ * (ioq-helper.c) and the engines (ioq-aio.c, ioq-uring.c, ioq-null.c,
+ * ioq-nbd.c, ioq-rbd.c).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -40,6 +41,8 @@ typedef struct IOQEngine {
     bool (*ready)(IOQ *ioq);
     /* Optional: the server's view of the disk (remote engines). */
     bool (*remote_info)(IOQ *ioq, IOQRemoteInfo *info);
+    /* Optional: resize the remote disk (drained, synchronous). */
+    bool (*resize)(IOQ *ioq, uint64_t size, GError **errp);
     /* init() makes ioq->efd itself (not an eventfd: ioq_clear_fd() skips it). */
     bool own_fd;
     /* One buffer per request: several iovecs go through the bounce pool. */
@@ -85,6 +88,7 @@ struct IOQ {
 
     IOQHelper *helper;
     const IOQNbdConfig *nbd_cfg; /* the caller's, during ioq_new() only */
+    const IOQRbdConfig *rbd_cfg; /* the caller's, during ioq_new() only */
     unsigned inflight;
     IOQStats stats;
     ThreadOwner owner; /* the IOQ thread, between ioq_bind_thread and ioq_unbind_thread */
@@ -144,5 +148,8 @@ extern const IOQEngine ioq_engine_aio;
 extern const IOQEngine ioq_engine_uring;
 extern const IOQEngine ioq_engine_null;
 extern const IOQEngine ioq_engine_nbd;
+#ifdef VBLK_HAVE_RBD
+extern const IOQEngine ioq_engine_rbd;
+#endif
 
 #endif /* DATAPLANE_IOQ_INTERNAL_H */

@@ -416,6 +416,18 @@ void ioq_clear_fd(IOQ *ioq)
 }
 
 /* Context: IOQ thread. */
+bool ioq_remote_resize(IOQ *ioq, uint64_t size, GError **errp)
+{
+    IOQ_ASSERT_THREAD(ioq);
+    if (!ioq->engine->resize) {
+        g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_NOSYS, "the %s engine cannot resize",
+                    ioq->engine->name);
+        return false;
+    }
+    return ioq->engine->resize(ioq, size, errp);
+}
+
+/* Context: IOQ thread. */
 bool ioq_get_remote_info(IOQ *ioq, IOQRemoteInfo *info)
 {
     IOQ_ASSERT_THREAD(ioq);
@@ -619,7 +631,33 @@ static const IOQEngine *engine_lookup(const char *name)
     if (!strcmp(name, "nbd")) {
         return &ioq_engine_nbd;
     }
+#ifdef VBLK_HAVE_RBD
+    if (!strcmp(name, "rbd")) {
+        return &ioq_engine_rbd;
+    }
+#endif
     return NULL;
+}
+
+/* An engine with no file of its own: it needs no fd and no helper thread. */
+static bool engine_is_remote(const IOQEngine *engine)
+{
+#ifdef VBLK_HAVE_RBD
+    if (engine == &ioq_engine_rbd) {
+        return true;
+    }
+#endif
+    return engine == &ioq_engine_null || engine == &ioq_engine_nbd;
+}
+
+/* Context: any thread */
+bool ioq_have_rbd(void)
+{
+#ifdef VBLK_HAVE_RBD
+    return true;
+#else
+    return false;
+#endif
 }
 
 static void ioq_probe_alignment(IOQ *ioq, const IOQConfig *cfg)
@@ -650,7 +688,7 @@ static bool ioq_check_config(IOQ *ioq, GError **errp)
                     ioq->mem_align);
         return false;
     }
-    if (ioq->engine != &ioq_engine_null && ioq->engine != &ioq_engine_nbd && ioq->fd < 0) {
+    if (!engine_is_remote(ioq->engine) && ioq->fd < 0) {
         g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_BADF, "engine '%s' needs an open file",
                     ioq->engine->name);
         return false;
@@ -664,9 +702,13 @@ IOQ *ioq_new(const IOQConfig *cfg, GError **errp)
     const IOQEngine *engine = engine_lookup(cfg->engine);
     IOQ *ioq;
 
+    if (!engine && cfg->engine && !strcmp(cfg->engine, "rbd")) {
+        g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_NOSYS, "rbd support not compiled in");
+        return NULL;
+    }
     if (!engine) {
         g_set_error(errp, G_FILE_ERROR, G_FILE_ERROR_INVAL,
-                    "unknown I/O engine '%s' (expected native, io_uring, null or nbd)", cfg->engine);
+                    "unknown I/O engine '%s' (expected native, io_uring, null, nbd or rbd)", cfg->engine);
         return NULL;
     }
     ioq = g_new0(IOQ, 1);
@@ -681,6 +723,7 @@ IOQ *ioq_new(const IOQConfig *cfg, GError **errp)
     ioq->aio_max_events = cfg->aio_max_events ? cfg->aio_max_events : ioq->depth;
     ioq->efd = -1;
     ioq->nbd_cfg = &cfg->nbd;
+    ioq->rbd_cfg = &cfg->rbd;
     ioq_probe_alignment(ioq, cfg);
 
     if (!ioq_check_config(ioq, errp)) {
@@ -701,7 +744,8 @@ IOQ *ioq_new(const IOQConfig *cfg, GError **errp)
         goto fail;
     }
     ioq->nbd_cfg = NULL;
-    if (engine != &ioq_engine_null && engine != &ioq_engine_nbd) {
+    ioq->rbd_cfg = NULL;
+    if (!engine_is_remote(engine)) {
         ioq->helper = ioq_helper_new(ioq, errp);
         if (!ioq->helper) {
             engine->cleanup(ioq);

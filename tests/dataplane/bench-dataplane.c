@@ -13,6 +13,8 @@
  *
  * --backend nbd --file URI: an NBD export (nbd://H:P/E, nbd+unix:///E?socket=S)
  * instead of a file; the dataplane has its own connection (the "nbd" IOQ).
+ * --backend rbd --file rbd:POOL/IMAGE[:conf=F]...: a Ceph RBD image the same
+ * way (the "rbd" IOQ with its own image handle).
  *
  * --path block serves the same queue through the x-data-plane=off path
  * instead: a DpSwitch started on the block layer, whose main loop runs on a
@@ -158,7 +160,8 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
 
     *loop = event_loop_new(&err);
     g_assert_no_error(err);
-    optstr = !strcmp(f->o.engine, "nbd") ? g_strdup_printf("file=%s,format=raw", f->o.path)
+    optstr = !strcmp(f->o.engine, "nbd") || !strcmp(f->o.engine, "rbd")
+                 ? g_strdup_printf("file=%s,format=raw", f->o.path)
              : f->fd < 0 ? g_strdup_printf("file=null-co://,size=%" PRIu64, f->o.disk_size)
                          : g_strdup_printf("file=%s,cache=none,aio=%s", f->o.path, aio);
     opts = blk_opts_parse(optstr);
@@ -172,13 +175,15 @@ static DpSwitch *start_block_path(DpFix *f, const char *aio, EventLoop **loop,
                                        .main_loop = *loop,
                                        .backend = *backend,
                                        .iothread = f->iothread,
-                                       .ioq = {.engine = !strcmp(f->o.engine, "nbd") ? "nbd"
-                                                         : f->fd < 0                 ? "null"
-                                                                                     : "io_uring",
+                                       .ioq = {.engine = !strcmp(f->o.engine, "nbd")   ? "nbd"
+                                                         : !strcmp(f->o.engine, "rbd") ? "rbd"
+                                                         : f->fd < 0                   ? "null"
+                                                                                       : "io_uring",
                                                .fd = f->fd,
                                                .direct = f->direct_ok,
                                                .logical_block_size = 512,
-                                               .nbd = f->o.nbd},
+                                               .nbd = f->o.nbd,
+                                               .rbd = f->o.rbd},
                                        .num_queues = 1,
                                        .queue_size = f->o.queue_size},
                        &err);
@@ -695,7 +700,7 @@ int main(int argc, char **argv)
         o.engine = strcmp(aio, "threads") ? aio : "io_uring"; /* the block path's own pool */
         o.path = file;
         o.direct = true;
-    } else if (!strcmp(backend, "nbd") && file) {
+    } else if ((!strcmp(backend, "nbd") || !strcmp(backend, "rbd")) && file) {
         /* What the device does: open the drive, hand its server to the dataplane. */
         g_autofree char *s = g_strdup_printf("file=%s,format=raw", file);
         GHashTable *t = blk_opts_parse(s);
@@ -711,15 +716,21 @@ int main(int argc, char **argv)
             return 1;
         }
         blk_get_host_info(probe, &hi);
-        o.engine = "nbd";
+        o.engine = hi.rbd ? "rbd" : "nbd";
         o.path = file;
         o.disk_size = (uint64_t)blk_getlength(probe);
         o.nbd = (IOQNbdConfig){.host = hi.nbd_host,
                                .port = hi.nbd_port,
                                .socket = hi.nbd_socket,
                                .export_name = hi.nbd_export};
+        o.rbd = (IOQRbdConfig){.pool = hi.rbd_pool,
+                               .rbd_namespace = hi.rbd_namespace,
+                               .image = hi.rbd_image,
+                               .conf = hi.rbd_conf,
+                               .user = hi.rbd_user,
+                               .conf_kv = hi.rbd_conf_kv};
     } else {
-        fprintf(stderr, "bench-dataplane: --backend null|file|nbd (file and nbd need --file)\n");
+        fprintf(stderr, "bench-dataplane: --backend null|file|nbd|rbd (file, nbd and rbd need --file)\n");
         return 1;
     }
     o.queue_size = 256;

@@ -68,6 +68,7 @@ DpFix *dpfix_new(const DpFixOpts *o)
         f->o.queue_size = 128;
     }
     if (strcmp(f->o.engine, "null") != 0 && strcmp(f->o.engine, "nbd") != 0 &&
+        strcmp(f->o.engine, "rbd") != 0 &&
         open_backing(f) < 0) {
         dpfix_free(f);
         return NULL;
@@ -108,6 +109,7 @@ DpFix *dpfix_new(const DpFixOpts *o)
     dc.ioq.aio_max_events = f->o.aio_max_events;
     dc.ioq.null_read_zeroes = f->o.null_read_zeroes;
     dc.ioq.nbd = f->o.nbd;
+    dc.ioq.rbd = f->o.rbd;
     dc.ioq.bounce_pool_size = 8 << 20;
     f->dp = dataplane_create(&dc, &err);
     if (!f->dp) {

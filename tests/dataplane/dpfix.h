@@ -13,7 +13,7 @@
 #include "dataplane/dataplane.h"
 
 typedef struct DpFixOpts {
-    const char *engine;      /* "native", "io_uring", "null", "nbd" (no file; disk_size given) */
+    const char *engine;      /* "native", "io_uring", "null", "nbd", "rbd" (no file; disk_size given) */
     bool direct;             /* O_DIRECT backing file */
     uint64_t disk_size;      /* bytes (default 16 MiB) */
     unsigned queue_size;     /* default 128 */
@@ -23,6 +23,7 @@ typedef struct DpFixOpts {
     bool writethrough; /* negotiate without FLUSH/CONFIG_WCE: writethrough */
     uint64_t ram_size; /* guest RAM (default 64 MiB) */
     IOQNbdConfig nbd;  /* engine "nbd": the server */
+    IOQRbdConfig rbd;  /* engine "rbd": the image */
     unsigned complete_batch; /* DataPlaneConf.complete_batch (0: default) */
 } DpFixOpts;
 
