@@ -526,7 +526,7 @@ static void test_hmp_socket(void)
     g_free(out);
     out = hmp_cmd(fd, acc, "stop now");
     g_assert_nonnull(strstr(out, "stop|s: extraneous characters at the end of line\r\n"));
-    g_free(out);
+    g_clear_pointer(&out, g_free); /* g_autofree: freed once more at the end otherwise */
     g_assert_cmpint(write(fd, "quit\n", 5), ==, 5);
     close(fd);
     vblkproc_end(&p, NULL);
