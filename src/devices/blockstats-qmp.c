@@ -8,25 +8,8 @@
 #include <string.h>
 
 #include "devices/blockstats-qmp.h"
+#include "qmp-json-int.h"
 #include "util/thread-check.h"
-
-static void add_bool(JsonBuilder *b, const char *k, bool v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_boolean_value(b, v);
-}
-
-static void add_str(JsonBuilder *b, const char *k, const char *v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_string_value(b, v);
-}
-
-static void add_int(JsonBuilder *b, const char *k, int64_t v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_int_value(b, v);
-}
 
 /* BlockDeviceStats: @st NULL gives a node's own counters (all zero, as QEMU's). */
 static void add_device_stats(JsonBuilder *b, const BlockAcctStats *st, uint64_t wr_highest)

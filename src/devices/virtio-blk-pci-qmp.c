@@ -16,6 +16,7 @@
 #include "devices/blockstats-qmp.h"
 #include "monitor/qmp.h"
 #include "virtio-blk-pci-int.h"
+#include "qmp-json-int.h"
 #include "util/error-report.h"
 #include "util/thread-check.h"
 
@@ -157,24 +158,6 @@ static const struct {
 };
 
 /* ---- query-block ---- */
-
-static void add_bool(JsonBuilder *b, const char *k, bool v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_boolean_value(b, v);
-}
-
-static void add_str(JsonBuilder *b, const char *k, const char *v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_string_value(b, v);
-}
-
-static void add_int(JsonBuilder *b, const char *k, int64_t v)
-{
-    json_builder_set_member_name(b, k);
-    json_builder_add_int_value(b, v);
-}
 
 /* The throttle members of BlockDeviceInfo: the six rates always, the rest when set (QEMU). */
 static void add_throttle(JsonBuilder *b, VirtIOBlkPCI *s)
