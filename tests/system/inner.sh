@@ -703,7 +703,7 @@ fi
 # no vCPU). Where the unit suites run, /dev/kvm may be missing or unable to run
 # a guest (kvm-pvm), so they skip there; scripts/systest copies the binary into
 # L1. Every subtest must run: a SKIP here is a failure. test-vmm-kvm (tiny
-# guests) is not run here: in three of five L1s on 2026-12-02 the L1 itself
+# guests) is not run here: in three of six L1s on 2026-12-02 the L1 itself
 # wedged during it (both of its vCPUs spinning, no output; docs/harness.md).
 s18() {
 for t in test-vmm-virtio-pci; do
