@@ -154,6 +154,16 @@ EOF
     fi
     ct_log "$name: $CT_VMM exited ${vrc:-?}; $(grep -c CRASHW-ACK "$W/$name.out") acks"
     [ "$vrc" = 0 ] || { CT_SANE=0; tail -n 15 "$W/$name.out" | sed 's/^/#   /'; }
+    # Why the guest ended, when it did not finish its writers: a guest kernel
+    # panic (the harness's rare L2 fault, docs/harness.md) or vblk's own
+    # shutdown reason. inner.sh retries the section once on CRASH-PANIC.
+    ndone=$(grep -c 'CRASHW-DONE .* rc=0' "$W/$name.out")
+    if [ "$ndone" -lt "$#" ]; then
+        ct_log "$name: only $ndone of $# writers finished"
+        grep -m6 -E 'Kernel panic|BUG|Oops|RIP:|double fault|triple fault|SHUTDOWN|RESET|terminating|VBLK-EXIT|vblk:' "$W/$name.out" | sed 's/^/#   /'
+        grep -q 'Kernel panic' "$W/$name.out" && echo "CRASH-PANIC boot=$name"
+        tail -n 8 "$W/$name.out" | sed 's/^/#   tail: /'
+    fi
     grep -q 'LWMARK-FAIL' "$W/$name.out" && { CT_SANE=0; grep -m3 LWMARK-FAIL "$W/$name.out" | sed 's/^/#   /'; }
     for spec in "$@"; do
         IFS=: read -r tag cache aio dp <<EOF

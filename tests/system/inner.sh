@@ -729,8 +729,9 @@ done
 # the cache=unsafe control must lose some.
 s19() {
 ( sh "${VBLK_FILES:-$(dirname "$0")}/crashtest.sh" --quick; echo "crashtest-status $?" ) >"$dir/crash.log" 2>&1
-grep -E '^(RESULT|crashtest-status)|lost=[1-9]' "$dir/crash.log" | head -n 12 | sed 's/^/# /'
+grep -E '^(RESULT|crashtest-status|CRASH-PANIC)|lost=[1-9]|sanity|writers finished' "$dir/crash.log" | head -n 12 | sed 's/^/# /'
 res=$(grep '^RESULT crashtest' "$dir/crash.log")
+grep -q '^CRASH-PANIC' "$dir/crash.log" && harness_flake="guest kernel panic during the crash test"
 if grep -q '^crashtest-status 0$' "$dir/crash.log"; then
     ok "power loss (dm-log-writes): $res"
 else
@@ -738,11 +739,37 @@ else
 fi
 }
 
+# 20. A real vhost-user-blk front end: QEMU 7.2 in L1 boots the guest on
+# vblk-storage-daemon's export (memfd RAM, two queues) and fio verifies; then
+# the same with the daemon killed (SIGKILL) and started again during fio, and
+# with qemu-storage-daemon as the reference back end (tests/system/vuqemu.sh).
+s20() {
+vfiles=${VBLK_FILES:-$(dirname "$0")}
+if [ -z "${VBLK_QEMU:-}" ] || ! [ -x "$VBLK_QEMU" ] || ! [ -x "$vfiles/vblk-storage-daemon" ]; then
+    echo "# section 20 skipped: no QEMU or vblk-storage-daemon in L1 (scripts/systest passes --qemu)"
+    return
+fi
+VUQ_SOURCED=1 VUQ_DIR=$dir VUQ_VBLK_DAEMON=$vfiles/vblk-storage-daemon
+. "$vfiles/vuqemu.sh"
+for c in "vuq-vblk vblk -" "vuq-restart vblk restart" "vuq-qsd qsd -"; do
+    set -- $c
+    case $2 in qsd) command -v qemu-storage-daemon >/dev/null || { echo "# no qemu-storage-daemon in L1: $1 skipped"; continue; };; esac
+    what="QEMU 7.2 guest on vhost-user-blk ($2 daemon$( [ "$3" = restart ] && echo ', SIGKILL and restart during fio')): fio crc32c verify"
+    vuq_run "$1" "$2" "$3"
+    if [ $vuq_rc -eq 0 ]; then
+        ok "$what"
+    else
+        case $vuq_why in *panic*) harness_flake="guest kernel panic";; esac
+        nok "$what ($vuq_why)"
+    fi
+done
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=19
+nsections=20
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
