@@ -80,11 +80,19 @@ typedef struct DataPlaneIOError {
 /*
  * Runs in the thread of DataPlaneConf.main_loop (a bottom half of that loop,
  * posted by the iothread), once per failed request, in the order the
- * failures happened. For action "stop" the request is already held: the
- * owner should pause the VM through its own stop path and, on resume, call
+ * failures happened (up to DATAPLANE_ERR_EVENTS_MAX waiting at a time). For
+ * action "stop" the request is already held: the owner should pause the VM
+ * through its own stop path and, on resume, call
  * dataplane_resume().
  */
 typedef void DataPlaneErrorHook(void *opaque, const DataPlaneIOError *ev);
+
+/*
+ * At most this many failures wait for the main loop; beyond it report and
+ * ignore events are dropped (counted, one warning per bottom half) and one
+ * stop is still delivered.
+ */
+#define DATAPLANE_ERR_EVENTS_MAX 64
 
 typedef struct DataPlaneConf {
     VirtIOBlk *blk;      /* the device (borrowed) */
@@ -141,7 +149,7 @@ typedef struct DataPlaneQueueStats {
     uint64_t kicks;           /* host notifier wakeups */
     uint64_t irqs;            /* guest notifier writes */
     uint64_t irqs_suppressed; /* completion groups with no interrupt needed */
-    uint64_t publishes;       /* used-index publishes (completion groups) */
+    uint64_t publishes;       /* used-index publishes that moved it (completion groups) */
     uint64_t inflight;        /* handed to the IOQ, not completed */
     uint64_t throttle_waits;  /* times the queue stopped for the throttle timer */
     uint64_t cycles_pop;      /* pop + parse + enqueue */

@@ -169,6 +169,8 @@ void virtqueue_debug_snapshot(const VirtQueue *vq, VirtQueueDebug *d);
 
 /* Popped but not yet pushed elements. Context: owner thread */
 unsigned virtqueue_inflight(const VirtQueue *vq);
+/* The used index last published to the driver. Context: owner thread */
+uint16_t virtqueue_published_used(const VirtQueue *vq);
 /* Context: any thread */
 unsigned virtqueue_num(const VirtQueue *vq);
 

@@ -95,7 +95,18 @@ struct DataPlane {
     /* I/O error events, iothread -> main loop */
     EventBH *err_bh;
     GMutex err_lock;
-    GArray *err_events; /* DataPlaneIOError, under err_lock */
+    /*
+     * Failures waiting for the main loop, under err_lock. Bounded: a guest
+     * whose requests keep failing while the main loop is busy (BQL held, a
+     * slow QMP command) must not grow memory. Beyond the bound, report and
+     * ignore events are counted in err_dropped and one stop is kept aside in
+     * err_stop, so a stop policy still pauses the VM.
+     */
+    DataPlaneIOError err_events[DATAPLANE_ERR_EVENTS_MAX];
+    unsigned err_nevents;
+    bool err_stop_pending;
+    DataPlaneIOError err_stop;
+    uint64_t err_dropped;
     DataPlaneErrorHook *err_hook;
     void *err_opaque;
     DPQueue queues[];
@@ -137,19 +148,31 @@ static const BlockAcctType acct_map[] = {
 static void dp_error_bh(void *opaque)
 {
     DataPlane *dp = opaque;
-    GArray *evs;
+    DataPlaneIOError evs[DATAPLANE_ERR_EVENTS_MAX + 1];
+    unsigned n;
+    uint64_t dropped;
 
     g_mutex_lock(&dp->err_lock);
-    evs = dp->err_events;
-    dp->err_events = g_array_new(FALSE, FALSE, sizeof(DataPlaneIOError));
-    g_mutex_unlock(&dp->err_lock);
-    for (guint i = 0; i < evs->len; i++) {
-        dp->err_hook(dp->err_opaque, &g_array_index(evs, DataPlaneIOError, i));
+    n = dp->err_nevents;
+    memcpy(evs, dp->err_events, n * sizeof(evs[0]));
+    if (dp->err_stop_pending) {
+        evs[n++] = dp->err_stop;
     }
-    g_array_free(evs, TRUE);
+    dropped = dp->err_dropped;
+    dp->err_nevents = 0;
+    dp->err_stop_pending = false;
+    dp->err_dropped = 0;
+    g_mutex_unlock(&dp->err_lock);
+    for (unsigned i = 0; i < n; i++) {
+        dp->err_hook(dp->err_opaque, &evs[i]);
+    }
+    if (dropped) {
+        g_warning("dataplane: %" G_GUINT64_FORMAT " more I/O error events than the %u that "
+                  "wait for the main loop were not reported", dropped, DATAPLANE_ERR_EVENTS_MAX);
+    }
 }
 
-/* Iothread: queue an event for the main loop (error path only: allocates). */
+/* Iothread: queue an event for the main loop (bounded, no allocation). */
 static void dp_post_error(DataPlane *dp, bool is_read, DataPlaneErrorAction action, int error)
 {
     DataPlaneIOError ev = {.is_read = is_read, .action = action, .error = error};
@@ -158,7 +181,14 @@ static void dp_post_error(DataPlane *dp, bool is_read, DataPlaneErrorAction acti
         return;
     }
     g_mutex_lock(&dp->err_lock);
-    g_array_append_val(dp->err_events, ev);
+    if (dp->err_nevents < DATAPLANE_ERR_EVENTS_MAX) {
+        dp->err_events[dp->err_nevents++] = ev;
+    } else if (action == DATAPLANE_ERR_ACTION_STOP && !dp->err_stop_pending) {
+        dp->err_stop = ev;
+        dp->err_stop_pending = true;
+    } else {
+        dp->err_dropped++;
+    }
     g_mutex_unlock(&dp->err_lock);
     event_bh_schedule(dp->err_bh);
 }
@@ -266,14 +296,18 @@ static void dp_complete(IOQReq *ior, int ret)
 static void notify_queue(DataPlane *dp, DPQueue *dq)
 {
     uint64_t t0 = __rdtsc();
+    VirtQueue *vq = virtio_blk_queue_get_vq(dq->q);
+    uint16_t before = virtqueue_published_used(vq);
+    bool irq;
 
     dp->touched &= ~(1ull << dq->idx);
     dq->unpublished = 0;
-    stat_add(&dq->st.publishes, 1);
-    if (virtio_blk_queue_notify(dq->q, &dq->notifier)) {
+    irq = virtio_blk_queue_notify(dq->q, &dq->notifier);
+    if (virtqueue_published_used(vq) != before) { /* counted when the index moved */
+        stat_add(&dq->st.publishes, 1);
+        stat_add(irq ? &dq->st.irqs : &dq->st.irqs_suppressed, 1);
+    } else if (irq) {
         stat_add(&dq->st.irqs, 1);
-    } else {
-        stat_add(&dq->st.irqs_suppressed, 1);
     }
     stat_add(&dq->st.cycles_notify, __rdtsc() - t0);
 }
@@ -661,7 +695,6 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
     throttle_state_config(&dp->ts, &ts_limits, event_clock_ns());
     g_queue_init(&dp->held);
     g_mutex_init(&dp->err_lock);
-    dp->err_events = g_array_new(FALSE, FALSE, sizeof(DataPlaneIOError));
     if (conf->main_loop && conf->error_hook) {
         dp->err_hook = conf->error_hook;
         dp->err_opaque = conf->error_opaque;
@@ -929,7 +962,6 @@ void dataplane_destroy(DataPlane *dp)
     if (dp->err_bh) {
         event_bh_delete(dp->err_bh); /* stopped: nobody schedules it any more */
     }
-    g_array_free(dp->err_events, TRUE);
     g_mutex_clear(&dp->err_lock);
     g_free(dp->acct);
     g_free(dp);

@@ -564,6 +564,12 @@ unsigned virtqueue_inflight(const VirtQueue *vq)
     return vq->inflight;
 }
 
+/* Context: owner thread */
+uint16_t virtqueue_published_used(const VirtQueue *vq)
+{
+    return vq->published_used;
+}
+
 /* Context: any thread */
 unsigned virtqueue_num(const VirtQueue *vq)
 {

@@ -13,7 +13,8 @@
  * that order, with the right data on disk (C's write last). Also: a held
  * request that fails again on resume stops the VM again and stays held; a
  * reset (dp_switch_stop) completes held requests with IOERR exactly once;
- * the "nth"/"once" rule semantics.
+ * the "nth"/"once" rule semantics; the bound on failures waiting for the
+ * main loop.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -445,6 +446,61 @@ static void test_nth_once(void)
 }
 
 /*
+ * The events waiting for the main loop are bounded: with the main loop not
+ * run, 112 reads fail (rerror=report, each completed with IOERR), then one
+ * write fails under werror=stop. Once the main loop runs it gets the first
+ * DATAPLANE_ERR_EVENTS_MAX reports and the stop (the VM stops once), and the
+ * write stays held.
+ */
+static void test_bounded_events(void)
+{
+    Fix *f = fix_new("stop", false);
+    unsigned failed = 0;
+    Req w;
+
+    inject(f, IOQ_OP_READ, EIO);
+    inject(f, IOQ_OP_WRITE, EIO);
+    while (failed < 112) { /* 48 beyond the bound */
+        Req r[16];
+
+        for (unsigned i = 0; i < G_N_ELEMENTS(r); i++) {
+            r[i] = add_req(f, true, SECT_BAD, SECT_BAD);
+        }
+        testvq_kick_force(f->dev.tvq[0]);
+        for (unsigned i = 0; i < G_N_ELEMENTS(r); i++) {
+            gint64 end = g_get_monotonic_time() + WAIT_MS * 1000;
+            uint16_t head;
+            uint32_t len;
+
+            while (!testvq_get_used(f->dev.tvq[0], &head, &len)) { /* main loop not run */
+                g_assert_cmpint(g_get_monotonic_time(), <, end);
+                g_usleep(100);
+            }
+            g_assert_cmpint(head, ==, r[i].r.head);
+            g_assert_cmpuint(testblk_status(f->dev.tvq[0], &r[i].r), ==, VIRTIO_BLK_S_IOERR);
+            failed++;
+        }
+    }
+    w = add_req(f, false, SECT_BAD, 0x77);
+    testvq_kick_force(f->dev.tvq[0]);
+    g_usleep(50 * 1000);
+    g_assert_cmpuint(f->events->len, ==, 0);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "dataplane: 48 more I/O error events than the 64 *not reported");
+    wait_events(f, DATAPLANE_ERR_EVENTS_MAX + 1);
+    g_test_assert_expected_messages();
+    for (unsigned i = 0; i < DATAPLANE_ERR_EVENTS_MAX; i++) {
+        check_event(f, i, true, "report", EIO);
+    }
+    check_event(f, DATAPLANE_ERR_EVENTS_MAX, false, "stop", EIO);
+    g_assert_cmpuint(f->stops, ==, 1);
+    g_assert_cmpint(next_used(f, 100), ==, -1); /* the write is held */
+    g_assert_cmpuint(disk_byte(f, SECT_BAD), ==, SECT_BAD);
+    (void)w;
+    fix_free(f);
+}
+
+/*
  * A real full filesystem (opt-in: VBLK_TEST_SMALL_FS names a directory on a
  * small filesystem, e.g. a 2 MiB tmpfs): a filler file leaves 256 KiB free,
  * the guest writes 1 MiB in 16 requests of 64 KiB under the default
@@ -574,6 +630,7 @@ int main(int argc, char **argv)
     g_test_add_func("/dp-werror/stop-again", test_stop_again);
     g_test_add_func("/dp-werror/reset-while-held", test_reset_while_held);
     g_test_add_func("/dp-werror/nth-once", test_nth_once);
+    g_test_add_func("/dp-werror/bounded-events", test_bounded_events);
     g_test_add_func("/dp-werror/enospc-full-fs", test_enospc_full_fs);
     return g_test_run();
 }
