@@ -99,4 +99,41 @@ void devfix_stop_guests(DevFix *f);
 /* Stop and free everything devfix_init() built; closes the fd, unlinks a file it created. */
 void devfix_fini(DevFix *f);
 
+/*
+ * The seq-tagged writer of the stress tests (path switches, queue remaps):
+ * one guest thread on one queue keeps @depth requests in flight, 512-byte
+ * writes to the queue's own @region sectors (from qidx * region; writes to
+ * one sector are @region requests apart) whose data starts with the
+ * request's sequence number and the queue index, and every 16th request a
+ * FLUSH. Checked as they complete: each head completes once and only if
+ * submitted, with status OK, a FLUSH only after every write submitted
+ * before it; nothing may stay in flight past @timeout_us.
+ */
+typedef struct DevFixWriter {
+    TestDrv *d;
+    TestVq *tvq;
+    unsigned qidx;
+    unsigned queue_size;
+    unsigned depth;     /* requests in flight (3 descriptors each) */
+    unsigned region;    /* sectors of the queue's region */
+    gint64 timeout_us;  /* the whole run's deadline */
+    uint64_t completed; /* requests completed (atomic: read while it runs) */
+    uint64_t flushes;
+    uint32_t *last_seq; /* per sector of the region: the last completed write's seq, or UINT32_MAX */
+} DevFixWriter;
+
+/* Set @w up for queue @qidx (last_seq all UINT32_MAX). */
+void devfix_writer_init(DevFixWriter *w, TestDrv *d, TestVq *tvq, unsigned qidx,
+                        unsigned queue_size, unsigned depth, unsigned region, gint64 timeout_us);
+/*
+ * Run the workload until @stopping(@opaque) is true, then complete what is
+ * in flight and return. Context: the guest thread
+ */
+void devfix_writer_run(DevFixWriter *w, bool (*stopping)(void *opaque), void *opaque);
+/*
+ * With the device stopped: @fd (the disk) holds the last completed write
+ * of every sector of the region @w wrote, tagged with its queue. Frees last_seq.
+ */
+void devfix_writer_check(DevFixWriter *w, int fd);
+
 #endif /* VBLK_TESTS_DEVFIX_H */
