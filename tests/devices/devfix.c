@@ -57,7 +57,7 @@ static BlockBackend *devfix_backend(DevFix *f, const DevFixConf *c, GError **err
     return b;
 }
 
-/* What virtio-blk-pci's blk_open_host() gives the dataplane: engine, fd, O_DIRECT, nbd. */
+/* What virtio-blk-pci's blk_open_host() gives the dataplane: engine, fd, O_DIRECT, nbd, rbd. */
 static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq, GError **err)
 {
     const BlockHostInfo *hi = &f->hi;
@@ -72,6 +72,16 @@ static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq
                                   .socket = hi->nbd_socket,
                                   .export_name = hi->nbd_export,
                                   .reconnect_delay_s = hi->nbd_reconnect_delay};
+        return true;
+    }
+    if (hi->rbd) {
+        ioq->engine = ioq->engine ? ioq->engine : "rbd";
+        ioq->rbd = (IOQRbdConfig){.pool = hi->rbd_pool,
+                                  .rbd_namespace = hi->rbd_namespace,
+                                  .image = hi->rbd_image,
+                                  .conf = hi->rbd_conf,
+                                  .user = hi->rbd_user,
+                                  .conf_kv = hi->rbd_conf_kv};
         return true;
     }
     f->fd = open(hi->filename, flags);

@@ -30,7 +30,7 @@
 typedef struct DevFixConf {
     /* -drive options, or -blockdev ones if they have "driver="; "%s" is the image. */
     const char *drive;
-    const char *image;   /* the image (a path, an NBD URI); NULL: a new file, see @dir */
+    const char *image;   /* a path, an NBD URI or an RBD image; NULL: a new file, see @dir */
     const char *dir;     /* where the new file goes (NULL: g_get_tmp_dir()); unlinked at fini */
     uint64_t bytes;      /* the disk's size: the new file's and the device's capacity */
     uint64_t ram_size;   /* the test driver's guest RAM */
@@ -41,8 +41,8 @@ typedef struct DevFixConf {
     /* The dataplane's fd is opened as virtio-blk-pci does (the drive's mode, O_DIRECT with
      * cache.direct), or read-only with @dataplane_read_only (its writes fail). */
     bool dataplane_read_only;
-    /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, native or
-     * io_uring); fd, direct and nbd are filled in. */
+    /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, rbd, native
+     * or io_uring); fd, direct, nbd and rbd are filled in. */
     IOQConfig ioq;
     /* The device's configuration (NULL: the defaults for @bytes); its num_queues,
      * queue_size and writeback are the fixture's. */
