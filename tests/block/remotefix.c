@@ -94,3 +94,34 @@ void rf_hook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
     g_strlcpy(h->action, ev->action, sizeof(h->action));
     h->error = ev->error;
 }
+
+void rf_spin(unsigned ms)
+{
+    int64_t end = event_clock_ns() + (int64_t)ms * 1000000;
+
+    while (event_clock_ns() < end) {
+        event_loop_run_once(bt_loop, false);
+        g_usleep(1000);
+    }
+}
+
+void rf_resume_until_written(BlockBackend *blk, BtDone *d, RfHookLog *h, unsigned tries,
+                             unsigned pause_ms, uint64_t off, const uint8_t *w, size_t len)
+{
+    g_autofree uint8_t *r = g_malloc(len);
+
+    for (unsigned i = 0; i < tries && !d->done; i++) {
+        unsigned calls = h->calls;
+
+        rf_spin(pause_ms);
+        blk_resume_parked(blk);
+        while (!d->done && h->calls == calls) {
+            event_loop_run_once(bt_loop, true);
+        }
+    }
+    g_assert_true(d->done);
+    g_assert_cmpint(d->ret, ==, 0);
+    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
+    g_assert_cmpint(bt_read(blk, off, r, len), ==, 0);
+    g_assert_cmpmem(r, len, w, len);
+}

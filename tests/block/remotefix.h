@@ -34,4 +34,15 @@ typedef struct RfHookLog {
 
 void rf_hook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev);
 
+/* Run the loop for @ms (timers such as the nbd engine's reconnect run in it). */
+void rf_spin(unsigned ms);
+/*
+ * A write @d of @len bytes of @w at @off is parked (werror=stop, @h its
+ * hook's log) and the remote is back: 'cont' until it goes through (at most
+ * @tries times, each after @pause_ms of the loop; a retry may fail and be
+ * parked again), then nothing is parked and @w reads back.
+ */
+void rf_resume_until_written(BlockBackend *blk, BtDone *d, RfHookLog *h, unsigned tries,
+                             unsigned pause_ms, uint64_t off, const uint8_t *w, size_t len);
+
 #endif

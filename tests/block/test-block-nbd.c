@@ -95,17 +95,6 @@ static void test_bad_options2(void)
 
 /* ---- faults ---- */
 
-/* Run the loop for @ms (the engine's reconnect timer runs in it). */
-static void spin(unsigned ms)
-{
-    int64_t end = event_clock_ns() + (int64_t)ms * 1000000;
-
-    while (event_clock_ns() < end) {
-        event_loop_run_once(bt_loop, false);
-        g_usleep(1000);
-    }
-}
-
 /* werror=report, no reconnect-delay: the guest sees EIO at once, later writes work again. */
 static void test_kill_report(void)
 {
@@ -132,7 +121,7 @@ static void test_kill_report(void)
     /* The server is back: attempts in the background reconnect. */
     nbd_server_restart(&srv, SIZE);
     for (int i = 0; i < 50 && ret != 0; i++) {
-        spin(100);
+        rf_spin(100);
         ret = bt_read(blk, 0, r, sizeof(r));
     }
     g_assert_cmpint(ret, ==, 0);
@@ -147,7 +136,7 @@ static void test_kill_stop(void)
     NbdServer srv;
     BlockBackend *blk;
     RfHookLog h = {0};
-    uint8_t w[4096], r[4096];
+    uint8_t w[4096];
     struct iovec iov = {w, sizeof(w)};
     BtDone d = {0};
 
@@ -161,7 +150,7 @@ static void test_kill_stop(void)
     nbd_server_kill(&srv);
     blk_aio_pwritev(blk, 65536, &iov, 1, sizeof(w), 0, bt_cb, &d);
     for (int i = 0; i < 500 && !h.calls; i++) {
-        spin(10);
+        rf_spin(10);
     }
     g_assert_cmpuint(h.calls, ==, 1);
     g_assert_cmpstr(h.action, ==, "stop");
@@ -169,20 +158,7 @@ static void test_kill_stop(void)
     g_assert_cmpuint(blk_parked_count(blk), ==, 1);
     nbd_server_restart(&srv, SIZE);
     /* 'cont' until the background reconnect made it (attempts at most 1 s apart). */
-    for (int i = 0; i < 100 && !d.done; i++) {
-        unsigned calls = h.calls;
-
-        spin(100);
-        blk_resume_parked(blk);
-        while (!d.done && h.calls == calls) {
-            event_loop_run_once(bt_loop, true);
-        }
-    }
-    g_assert_true(d.done);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
-    g_assert_cmpint(bt_read(blk, 65536, r, sizeof(r)), ==, 0);
-    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+    rf_resume_until_written(blk, &d, &h, 100, 100, 65536, w, sizeof(w));
     blk_unref(blk);
     nbd_server_free(&srv);
 }
@@ -217,7 +193,7 @@ static void test_reconnect(gconstpointer data)
     for (int i = 4; i < 8; i++) {
         blk_aio_pwritev(blk, (uint64_t)i * 4096, &iov[i], 1, 4096, 0, bt_cb, &d[i]);
     }
-    spin(700);
+    rf_spin(700);
     nbd_server_restart(&srv, SIZE);
     bt_wait_all(d, 8);
     for (int i = 0; i < 8; i++) {
@@ -279,7 +255,7 @@ static void test_wrong_size(void)
         int ret = -1;
 
         for (int i = 0; i < 100 && ret != 0; i++) {
-            spin(100);
+            rf_spin(100);
             ret = bt_write(blk, 0, buf, 512);
             g_assert_true(ret == 0 || ret == -EIO);
         }

@@ -163,7 +163,7 @@ static void test_osd_stop_resume(void)
     g_autofree char *img = NULL;
     BlockBackend *blk;
     RfHookLog h = {0};
-    uint8_t w[4096], r[4096];
+    uint8_t w[4096];
     struct iovec iov = {w, sizeof(w)};
     BtDone d = {0};
     int64_t deadline;
@@ -189,19 +189,7 @@ static void test_osd_stop_resume(void)
     g_assert_cmpuint(blk_parked_count(blk), ==, 1);
     g_assert_true(ceph_test_osd(true));
     /* 'cont' until it goes through (a retry may time out while the PG peers) */
-    for (int i = 0; i < 10 && !d.done; i++) {
-        unsigned calls = h.calls;
-
-        blk_resume_parked(blk);
-        while (!d.done && h.calls == calls) {
-            event_loop_run_once(bt_loop, true);
-        }
-    }
-    g_assert_true(d.done);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
-    g_assert_cmpint(bt_read(blk, 65536, r, sizeof(r)), ==, 0);
-    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+    rf_resume_until_written(blk, &d, &h, 10, 0, 65536, w, sizeof(w));
     blk_unref(blk);
     ceph_test_image_remove(conf, img);
 }

@@ -266,6 +266,24 @@ void devfix_fini(DevFix *f)
     f->fd = -1;
 }
 
+int devfix_submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
+{
+    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
+    uint8_t data[512], ff = 0xff;
+    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
+    int hd;
+
+    memset(data, fill, sizeof(data));
+    testdrv_memwrite(d, base, &h, sizeof(h));
+    testdrv_memwrite(d, base + 512, data, sizeof(data));
+    testdrv_memwrite(d, base + 1024, &ff, 1);
+    hd = testvq_add_chain(tvq, bufs, 3);
+    g_assert_cmpint(hd, >=, 0);
+    testvq_publish(tvq, (uint16_t)hd);
+    testvq_kick(tvq);
+    return hd;
+}
+
 /* ---- the seq-tagged writer ---- */
 
 typedef struct WriterSlot {

@@ -100,6 +100,13 @@ void devfix_stop_guests(DevFix *f);
 void devfix_fini(DevFix *f);
 
 /*
+ * One 512-byte write of bytes @fill at @sector on @tvq, its header, data and
+ * status at @base, +512 and +1024 (1 KiB + 1 byte of guest RAM from @base),
+ * published and kicked. Returns the head.
+ */
+int devfix_submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill);
+
+/*
  * The seq-tagged writer of the stress tests (path switches, queue remaps):
  * one guest thread on one queue keeps @depth requests in flight, 512-byte
  * writes to the queue's own @region sectors (from qidx * region; writes to

@@ -188,25 +188,6 @@ static void test_switch_stress(gconstpointer data)
     devfix_fini(&f);
 }
 
-/* One 512-byte write of @fill at @sector, published and kicked. */
-static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
-{
-    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
-    uint8_t data[512], ff = 0xff;
-    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
-    int hd;
-
-    memset(data, fill, sizeof(data));
-    testdrv_memwrite(d, base, &h, sizeof(h));
-    testdrv_memwrite(d, base + 512, data, sizeof(data));
-    testdrv_memwrite(d, base + 1024, &ff, 1);
-    hd = testvq_add_chain(tvq, bufs, 3);
-    g_assert_cmpint(hd, >=, 0);
-    testvq_publish(tvq, (uint16_t)hd);
-    testvq_kick(tvq);
-    return hd;
-}
-
 /*
  * werror=stop on the block-layer path: a request parked before a switch to
  * the dataplane belongs to the block layer until 'cont'. The switch is
@@ -243,7 +224,7 @@ static void test_switch_parked(void)
 
     /* The first write fails once and is parked. */
     buf = testdrv_alloc(f.d, 2048, 512);
-    hd = submit_write(f.d, f.tvq[0], buf, 8, 0xa5);
+    hd = devfix_submit_write(f.d, f.tvq[0], buf, 8, 0xa5);
     for (int i = 0; i < 10000 && blk_parked_count(f.backend) == 0; i++) {
         event_loop_run_once(f.main_loop, false);
         g_usleep(100);
@@ -269,7 +250,7 @@ static void test_switch_parked(void)
     /* Nothing parked: the switch goes through, and the dataplane serves the next write. */
     g_assert_true(dp_switch_set_dataplane(f.sw, true, &err));
     g_assert_no_error(err);
-    hd = submit_write(f.d, f.tvq[0], buf, 9, 0x5a);
+    hd = devfix_submit_write(f.d, f.tvq[0], buf, 9, 0x5a);
     for (int i = 0; i < 200 && !testvq_get_used(f.tvq[0], &head, &len); i++) {
         testvq_wait_used(f.tvq[0], 50);
     }

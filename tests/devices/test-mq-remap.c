@@ -411,25 +411,6 @@ static void test_remap_refused(void)
     testdrv_free(d);
 }
 
-/* One 512-byte write of @fill at @sector on @tvq (buffers at @base), published and kicked. */
-static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
-{
-    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
-    uint8_t data[512], ff = 0xff;
-    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
-    int hd;
-
-    memset(data, fill, sizeof(data));
-    testdrv_memwrite(d, base, &h, sizeof(h));
-    testdrv_memwrite(d, base + 512, data, sizeof(data));
-    testdrv_memwrite(d, base + 1024, &ff, 1);
-    hd = testvq_add_chain(tvq, bufs, 3);
-    g_assert_cmpint(hd, >=, 0);
-    testvq_publish(tvq, (uint16_t)hd);
-    testvq_kick(tvq);
-    return hd;
-}
-
 /* The next used head of @tvq within @ms, or -1; the main loop runs meanwhile. */
 static int next_used(TestVq *tvq, EventLoop *main_loop, int ms)
 {
@@ -505,7 +486,7 @@ static void test_remap_held(void)
     g_assert_no_error(err);
 
     /* Queue 0's write fails: held by io0's dataplane. */
-    held = submit_write(d, qs.tvq[0], base[0], 7, 0xab);
+    held = devfix_submit_write(d, qs.tvq[0], base[0], 7, 0xab);
     g_assert_cmpint(next_used(qs.tvq[0], main_loop, 200), ==, -1);
     g_assert_cmpuint(dp_switch_held_count(sw), ==, 1);
 
@@ -529,7 +510,7 @@ static void test_remap_held(void)
     map[1] = io[2];
     g_assert_true(dp_switch_remap(sw, map, 2, &err));
     g_assert_no_error(err);
-    hd = submit_write(d, qs.tvq[1], base[1], 9, 0xcd);
+    hd = devfix_submit_write(d, qs.tvq[1], base[1], 9, 0xcd);
     g_assert_cmpint(next_used(qs.tvq[1], main_loop, 5000), ==, hd);
     g_assert_cmpuint(testdrv_readb(d, base[1] + 1024), ==, VIRTIO_BLK_S_OK);
     g_assert_cmpint(next_used(qs.tvq[0], main_loop, 50), ==, -1); /* still held */
@@ -545,7 +526,7 @@ static void test_remap_held(void)
     g_assert_true(dp_switch_remap(sw, map, 2, &err));
     g_assert_no_error(err);
     g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 1);
-    hd = submit_write(d, qs.tvq[0], base[0], 7, 0xef);
+    hd = devfix_submit_write(d, qs.tvq[0], base[0], 7, 0xef);
     g_assert_cmpint(next_used(qs.tvq[0], main_loop, 5000), ==, hd);
     {
         uint8_t b[512];
