@@ -127,6 +127,35 @@ void ioq_drv_init(IoqDrv *d, BlockNode *bs, IOQ *ioq, const char *what)
     g_queue_init(&d->pending);
 }
 
+/* Context: main loop */
+bool ioq_drv_open_finish(IoqDrv *d, BlockNode *bs, const IOQConfig *cfg, IOQ **ioq,
+                         IOQRemoteInfo *info, const char *kind, const char *name,
+                         const char *what, GError **errp)
+{
+    GError *err = NULL;
+
+    *ioq = ioq_new(cfg, &err);
+    if (!*ioq) {
+        g_set_error(errp, BLOCK_ERROR, EIO, "%s", err->message);
+        g_error_free(err);
+        return false;
+    }
+    ioq_get_remote_info(*ioq, info);
+    if (info->read_only && !bs->read_only) {
+        g_set_error(errp, BLOCK_ERROR, EACCES, "The %s %s is read-only; use read-only=on", kind,
+                    name);
+        return false;
+    }
+    if (info->size > INT64_MAX) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL, "The %s %s has an invalid size", kind, name);
+        return false;
+    }
+    bs->request_alignment = info->min_block;
+    ioq_drv_init(d, bs, *ioq, what);
+    bs->opaque = d; /* == the driver's state: @d is its first member */
+    return true;
+}
+
 /* Context: loop thread */
 void ioq_drv_submit(IoqDrv *d, BlockNodeReq *req)
 {

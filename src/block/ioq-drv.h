@@ -33,6 +33,21 @@ bool bdrv_req_prologue(BlockNode *bs, BlockNodeReq *req);
 
 /* Context: main loop. @ioq stays the caller's. */
 void ioq_drv_init(IoqDrv *d, BlockNode *bs, IOQ *ioq, const char *what);
+
+/*
+ * The tail of an IOQ-backed driver's open (nbd, rbd), @d being the first
+ * member of the driver's state: the IOQ from @cfg into *@ioq (its error
+ * becomes EIO), the remote's info into *@info, then a read-only remote under
+ * a writable node (EACCES) and a size above INT64_MAX (EINVAL) refused, the
+ * remote named in those messages as "The @kind @name". On success the node's
+ * request alignment is the remote's block size, @d is initialised over the
+ * IOQ (@what names the node in its errors) and bs->opaque is the state.
+ * On failure *@ioq may be set: the caller frees its state as usual.
+ * Context: main loop
+ */
+bool ioq_drv_open_finish(IoqDrv *d, BlockNode *bs, const IOQConfig *cfg, IOQ **ioq,
+                         IOQRemoteInfo *info, const char *kind, const char *name,
+                         const char *what, GError **errp);
 /* Queue @req (after bdrv_req_prologue()) for the next submit. Context: loop thread */
 void ioq_drv_submit(IoqDrv *d, BlockNodeReq *req);
 /* Context: main loop (bs->loop is set). */

@@ -190,7 +190,6 @@ static bool nbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
 {
     NbdState *s = g_new0(NbdState, 1);
     IOQConfig cfg = {.engine = "nbd", .fd = -1, .bounce_pool_size = NBD_BOUNCE_POOL};
-    GError *err = NULL;
 
     s->bs = bs;
     if (block_opts_get(opts, "tls-creds") || block_opts_get(opts, "tls-hostname")) {
@@ -215,25 +214,10 @@ static bool nbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
                              .socket = s->path,
                              .export_name = s->export_name,
                              .reconnect_delay_s = s->reconnect_delay};
-    s->ioq = ioq_new(&cfg, &err);
-    if (!s->ioq) {
-        g_set_error(errp, BLOCK_ERROR, EIO, "%s", err->message);
-        g_error_free(err);
+    if (!ioq_drv_open_finish(&s->io, bs, &cfg, &s->ioq, &s->info, "NBD export", s->uri, s->uri,
+                             errp)) {
         goto fail;
     }
-    ioq_get_remote_info(s->ioq, &s->info);
-    if (s->info.read_only && !bs->read_only) {
-        g_set_error(errp, BLOCK_ERROR, EACCES,
-                    "The NBD export %s is read-only; use read-only=on", s->uri);
-        goto fail;
-    }
-    if (s->info.size > INT64_MAX) {
-        g_set_error(errp, BLOCK_ERROR, EINVAL, "The NBD export %s has an invalid size", s->uri);
-        goto fail;
-    }
-    bs->request_alignment = s->info.min_block;
-    ioq_drv_init(&s->io, bs, s->ioq, s->uri);
-    bs->opaque = s;
     return true;
 
 fail:

@@ -232,7 +232,6 @@ static bool rbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
 {
     RbdState *s = g_new0(RbdState, 1);
     IOQConfig cfg = {.engine = "rbd", .fd = -1, .bounce_pool_size = RBD_BOUNCE_POOL};
-    GError *err = NULL;
 
     s->bs = bs;
     s->kv = g_ptr_array_new_with_free_func(g_free);
@@ -256,20 +255,10 @@ static bool rbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
                              .conf = s->conf,
                              .user = s->user,
                              .conf_kv = (const char *const *)s->kv->pdata};
-    s->ioq = ioq_new(&cfg, &err);
-    if (!s->ioq) {
-        g_set_error(errp, BLOCK_ERROR, EIO, "%s", err->message);
-        g_error_free(err);
+    if (!ioq_drv_open_finish(&s->io, bs, &cfg, &s->ioq, &s->info, "RBD image", s->image,
+                             s->filename, errp)) {
         goto fail;
     }
-    ioq_get_remote_info(s->ioq, &s->info);
-    if (s->info.size > INT64_MAX) {
-        g_set_error(errp, BLOCK_ERROR, EINVAL, "The RBD image %s has an invalid size", s->image);
-        goto fail;
-    }
-    bs->request_alignment = s->info.min_block;
-    ioq_drv_init(&s->io, bs, s->ioq, s->filename);
-    bs->opaque = s;
     return true;
 
 fail:

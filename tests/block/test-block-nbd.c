@@ -9,8 +9,8 @@
  */
 #include <stdlib.h>
 
-#include "blocktest.h"
 #include "nbdserver.h"
+#include "remotefix.h"
 
 #define SIZE (8u << 20)
 
@@ -20,36 +20,12 @@ typedef struct Case {
     bool blockdev;
 } Case;
 
-static void fill(uint8_t *buf, size_t len, uint8_t seed)
-{
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)(i * 13 + seed + (i >> 9));
-    }
-}
-
-static int rw_async(BlockBackend *blk, bool write, uint64_t off, struct iovec *iov, int niov,
-                    uint64_t len)
-{
-    BtDone d = {0};
-
-    if (write) {
-        blk_aio_pwritev(blk, off, iov, niov, len, 0, bt_cb, &d);
-    } else {
-        blk_aio_preadv(blk, off, iov, niov, len, 0, bt_cb, &d);
-    }
-    bt_wait(&d);
-    return d.ret;
-}
-
 static void test_rw(gconstpointer data)
 {
     const Case *c = data;
     NbdServer srv;
     BlockBackend *blk;
-    g_autofree uint8_t *w = g_malloc(256 << 10);
-    g_autofree uint8_t *r = g_malloc(256 << 10);
     g_autofree char *want_fn = NULL;
-    BtDone d = {0};
 
     if (!nbd_server_need(c->kind)) {
         return;
@@ -68,46 +44,7 @@ static void test_rw(gconstpointer data)
     g_assert_cmpstr(blk_get_filename(blk), ==, want_fn);
     g_assert_cmpint(blk_getlength(blk), ==, SIZE);
 
-    /* One buffer, then three pieces (the engine bounces them into one command). */
-    fill(w, 256 << 10, 1);
-    g_assert_cmpint(bt_write(blk, 4096, w, 64 << 10), ==, 0);
-    {
-        struct iovec iov[3] = {{w + 0, 512}, {w + 512, 7680}, {w + 8192, 248 << 10}};
-
-        g_assert_cmpint(rw_async(blk, true, 1 << 20, iov, 3, 256 << 10), ==, 0);
-    }
-    g_assert_cmpint(bt_flush(blk), ==, 0);
-    memset(r, 0, 256 << 10);
-    g_assert_cmpint(bt_read(blk, 4096, r, 64 << 10), ==, 0);
-    g_assert_cmpmem(r, 64 << 10, w, 64 << 10);
-    {
-        struct iovec iov[2] = {{r, 4096}, {r + 4096, (256 << 10) - 4096}};
-
-        memset(r, 0, 256 << 10);
-        g_assert_cmpint(rw_async(blk, false, 1 << 20, iov, 2, 256 << 10), ==, 0);
-        g_assert_cmpmem(r, 256 << 10, w, 256 << 10);
-    }
-    /* The last sector, and past the end. */
-    g_assert_cmpint(bt_write(blk, SIZE - 512, w, 512), ==, 0);
-    g_assert_cmpint(bt_read(blk, SIZE - 512, r, 512), ==, 0);
-    g_assert_cmpmem(r, 512, w, 512);
-    g_assert_cmpint(bt_read(blk, SIZE - 512, r, 1024), <, 0);
-
-    /* Write-zeroes reads back as zeroes; discard succeeds. */
-    blk_aio_pwrite_zeroes(blk, 1 << 20, 64 << 10, 0, bt_cb, &d);
-    bt_wait(&d);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpint(bt_read(blk, 1 << 20, r, 64 << 10), ==, 0);
-    for (unsigned i = 0; i < 64 << 10; i++) {
-        g_assert_cmpuint(r[i], ==, 0);
-    }
-    g_assert_cmpint(bt_read(blk, (1 << 20) + (64 << 10), r, 4096), ==, 0);
-    g_assert_cmpmem(r, 4096, w + (64 << 10), 4096);
-    d = (BtDone){0};
-    blk_aio_pdiscard(blk, 2 << 20, 1 << 20, bt_cb, &d);
-    bt_wait(&d);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpint(bt_flush(blk), ==, 0);
+    rf_check_data(blk, SIZE);
 
     /* block_resize: an NBD node cannot change its size. */
     {
@@ -124,26 +61,17 @@ static void test_rw(gconstpointer data)
 
 /* ---- option errors ---- */
 
-static void check_err(bool drive, const char *opts, const char *want)
-{
-    g_autofree char *msg = drive ? bt_drive_err(opts) : bt_blockdev_err(opts);
-
-    if (!strstr(msg, want)) {
-        g_error("'%s': got '%s', want '%s'", opts, msg, want);
-    }
-}
-
 static void test_bad_options(void)
 {
-    check_err(false, "driver=nbd", "Parameter 'server.type' is missing");
-    check_err(false, "driver=nbd,server.type=vsock", "does not accept value 'vsock'");
-    check_err(false, "driver=nbd,server.type=inet,server.host=127.0.0.1",
-              "Parameter 'server.port' is missing");
-    check_err(false, "driver=nbd,server.type=unix", "Parameter 'server.path' is missing");
-    check_err(false, "driver=nbd,server.type=unix,server.path=/x,server.port=1",
-              "Invalid parameter 'server.port'");
-    check_err(false, "driver=nbd,server.type=unix,server.path=/x,tls-creds=t",
-              "TLS is not supported");
+    rf_expect_err(true, "driver=nbd", "Parameter 'server.type' is missing");
+    rf_expect_err(true, "driver=nbd,server.type=vsock", "does not accept value 'vsock'");
+    rf_expect_err(true, "driver=nbd,server.type=inet,server.host=127.0.0.1",
+                  "Parameter 'server.port' is missing");
+    rf_expect_err(true, "driver=nbd,server.type=unix", "Parameter 'server.path' is missing");
+    rf_expect_err(true, "driver=nbd,server.type=unix,server.path=/x,server.port=1",
+                  "Invalid parameter 'server.port'");
+    rf_expect_err(true, "driver=nbd,server.type=unix,server.path=/x,tls-creds=t",
+                  "TLS is not supported");
 }
 
 static void test_bad_options2(void)
@@ -155,50 +83,24 @@ static void test_bad_options2(void)
     g_autofree char *o3 =
         g_strdup_printf("driver=nbd,server.type=unix,server.path=%s,reconnect-delay=x", nosock);
 
-    check_err(false, o1, "Failed to connect");
-    check_err(true, o2, "Failed to connect");
-    check_err(false, o3, "reconnect-delay");
-    check_err(true, "file=nbd+unix:///e", "socket=PATH");
-    check_err(true, "file=nbd:///e", "need a host");
-    check_err(true, "file=nbd://127.0.0.1:1/e?x=y", "take no query");
-    check_err(false, "driver=nbd,filename=http://x/y", "Invalid scheme");
+    rf_expect_err(true, o1, "Failed to connect");
+    rf_expect_err(false, o2, "Failed to connect");
+    rf_expect_err(true, o3, "reconnect-delay");
+    rf_expect_err(false, "file=nbd+unix:///e", "socket=PATH");
+    rf_expect_err(false, "file=nbd:///e", "need a host");
+    rf_expect_err(false, "file=nbd://127.0.0.1:1/e?x=y", "take no query");
+    rf_expect_err(true, "driver=nbd,filename=http://x/y", "Invalid scheme");
     rmdir(dir);
 }
 
 /* ---- faults ---- */
-
-typedef struct HookLog {
-    unsigned calls;
-    char action[16];
-    int error;
-} HookLog;
-
-static void hook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
-{
-    HookLog *h = opaque;
-
-    h->calls++;
-    g_strlcpy(h->action, ev->action, sizeof(h->action));
-    h->error = ev->error;
-}
-
-/* Run the loop for @ms (the engine's reconnect timer runs in it). */
-static void spin(unsigned ms)
-{
-    int64_t end = event_clock_ns() + (int64_t)ms * 1000000;
-
-    while (event_clock_ns() < end) {
-        event_loop_run_once(bt_loop, false);
-        g_usleep(1000);
-    }
-}
 
 /* werror=report, no reconnect-delay: the guest sees EIO at once, later writes work again. */
 static void test_kill_report(void)
 {
     NbdServer srv;
     BlockBackend *blk;
-    HookLog h = {0};
+    RfHookLog h = {0};
     uint8_t w[4096], r[4096];
     int ret = -1;
 
@@ -207,8 +109,8 @@ static void test_kill_report(void)
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, false, SIZE);
     blk = bt_drive("file=%s,format=raw,werror=report,rerror=report", srv.uri);
-    blk_set_error_hook(blk, hook, &h);
-    fill(w, sizeof(w), 3);
+    blk_set_error_hook(blk, rf_hook, &h);
+    rf_fill(w, sizeof(w), 3);
     g_assert_cmpint(bt_write(blk, 0, w, sizeof(w)), ==, 0);
     nbd_server_kill(&srv);
     g_assert_cmpint(bt_write(blk, 8192, w, sizeof(w)), ==, -EIO);
@@ -219,7 +121,7 @@ static void test_kill_report(void)
     /* The server is back: attempts in the background reconnect. */
     nbd_server_restart(&srv, SIZE);
     for (int i = 0; i < 50 && ret != 0; i++) {
-        spin(100);
+        rf_spin(100);
         ret = bt_read(blk, 0, r, sizeof(r));
     }
     g_assert_cmpint(ret, ==, 0);
@@ -233,8 +135,8 @@ static void test_kill_stop(void)
 {
     NbdServer srv;
     BlockBackend *blk;
-    HookLog h = {0};
-    uint8_t w[4096], r[4096];
+    RfHookLog h = {0};
+    uint8_t w[4096];
     struct iovec iov = {w, sizeof(w)};
     BtDone d = {0};
 
@@ -243,12 +145,12 @@ static void test_kill_stop(void)
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, true, SIZE);
     blk = bt_drive("file=%s,format=raw,werror=stop", srv.uri);
-    blk_set_error_hook(blk, hook, &h);
-    fill(w, sizeof(w), 5);
+    blk_set_error_hook(blk, rf_hook, &h);
+    rf_fill(w, sizeof(w), 5);
     nbd_server_kill(&srv);
     blk_aio_pwritev(blk, 65536, &iov, 1, sizeof(w), 0, bt_cb, &d);
     for (int i = 0; i < 500 && !h.calls; i++) {
-        spin(10);
+        rf_spin(10);
     }
     g_assert_cmpuint(h.calls, ==, 1);
     g_assert_cmpstr(h.action, ==, "stop");
@@ -256,20 +158,7 @@ static void test_kill_stop(void)
     g_assert_cmpuint(blk_parked_count(blk), ==, 1);
     nbd_server_restart(&srv, SIZE);
     /* 'cont' until the background reconnect made it (attempts at most 1 s apart). */
-    for (int i = 0; i < 100 && !d.done; i++) {
-        unsigned calls = h.calls;
-
-        spin(100);
-        blk_resume_parked(blk);
-        while (!d.done && h.calls == calls) {
-            event_loop_run_once(bt_loop, true);
-        }
-    }
-    g_assert_true(d.done);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
-    g_assert_cmpint(bt_read(blk, 65536, r, sizeof(r)), ==, 0);
-    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+    rf_resume_until_written(blk, &d, &h, 100, 100, 65536, w, sizeof(w));
     blk_unref(blk);
     nbd_server_free(&srv);
 }
@@ -283,16 +172,16 @@ static void test_reconnect(gconstpointer data)
     uint8_t w[8][4096], r[4096];
     struct iovec iov[8];
     BtDone d[8] = {{0}};
-    HookLog h = {0};
+    RfHookLog h = {0};
 
     if (!nbd_server_need(NBD_SRV_QEMU_NBD)) {
         return;
     }
     nbd_server_start(&srv, NBD_SRV_QEMU_NBD, c->tcp, SIZE);
     blk = bt_drive("file=%s,format=raw,werror=report,reconnect-delay=10", srv.uri);
-    blk_set_error_hook(blk, hook, &h);
+    blk_set_error_hook(blk, rf_hook, &h);
     for (int i = 0; i < 8; i++) {
-        fill(w[i], 4096, (uint8_t)(i + 20));
+        rf_fill(w[i], 4096, (uint8_t)(i + 20));
         iov[i] = (struct iovec){w[i], 4096};
     }
     g_assert_cmpint(bt_write(blk, 0, w[0], 4096), ==, 0);
@@ -304,7 +193,7 @@ static void test_reconnect(gconstpointer data)
     for (int i = 4; i < 8; i++) {
         blk_aio_pwritev(blk, (uint64_t)i * 4096, &iov[i], 1, 4096, 0, bt_cb, &d[i]);
     }
-    spin(700);
+    rf_spin(700);
     nbd_server_restart(&srv, SIZE);
     bt_wait_all(d, 8);
     for (int i = 0; i < 8; i++) {
@@ -366,7 +255,7 @@ static void test_wrong_size(void)
         int ret = -1;
 
         for (int i = 0; i < 100 && ret != 0; i++) {
-            spin(100);
+            rf_spin(100);
             ret = bt_write(blk, 0, buf, 512);
             g_assert_true(ret == 0 || ret == -EIO);
         }
@@ -385,7 +274,7 @@ static void test_garbage(void)
         g_autofree char *o =
             g_strdup_printf("driver=nbd,server.type=unix,server.path=%s", nbd_garbage_path(g));
 
-        check_err(false, o, "Failed to connect");
+        rf_expect_err(true, o, "Failed to connect");
         nbd_garbage_free(g);
     }
 }

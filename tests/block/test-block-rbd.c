@@ -12,83 +12,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "blocktest.h"
 #include "cephtest.h"
+#include "remotefix.h"
 #include "ioq/ioq.h"
 
 #define SIZE (8u << 20)
 
 static char *conf;
 
-static void fill(uint8_t *buf, size_t len, uint8_t seed)
-{
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)(i * 7 + seed + (i >> 11));
-    }
-}
-
-static int rw_async(BlockBackend *blk, bool write, uint64_t off, struct iovec *iov, int niov,
-                    uint64_t len)
-{
-    BtDone d = {0};
-
-    if (write) {
-        blk_aio_pwritev(blk, off, iov, niov, len, 0, bt_cb, &d);
-    } else {
-        blk_aio_preadv(blk, off, iov, niov, len, 0, bt_cb, &d);
-    }
-    bt_wait(&d);
-    return d.ret;
-}
-
+/* rf_check_data(), and byte-granular I/O: librbd takes any offset. */
 static void check_data(BlockBackend *blk)
 {
-    g_autofree uint8_t *w = g_malloc(256 << 10);
-    g_autofree uint8_t *r = g_malloc(256 << 10);
-    BtDone d = {0};
+    uint8_t w[1007], r[1000];
 
-    fill(w, 256 << 10, 3);
-    g_assert_cmpint(bt_write(blk, 4096, w, 64 << 10), ==, 0);
-    {
-        struct iovec iov[3] = {{w, 512}, {w + 512, 7680}, {w + 8192, 248 << 10}};
-
-        g_assert_cmpint(rw_async(blk, true, 1 << 20, iov, 3, 256 << 10), ==, 0);
-    }
-    g_assert_cmpint(bt_flush(blk), ==, 0);
-    memset(r, 0, 256 << 10);
-    g_assert_cmpint(bt_read(blk, 4096, r, 64 << 10), ==, 0);
-    g_assert_cmpmem(r, 64 << 10, w, 64 << 10);
-    {
-        struct iovec iov[2] = {{r, 4096}, {r + 4096, (256 << 10) - 4096}};
-
-        memset(r, 0, 256 << 10);
-        g_assert_cmpint(rw_async(blk, false, 1 << 20, iov, 2, 256 << 10), ==, 0);
-        g_assert_cmpmem(r, 256 << 10, w, 256 << 10);
-    }
-    /* byte-granular: librbd takes any offset */
+    rf_check_data(blk, SIZE);
+    rf_fill(w, sizeof(w), 3);
     g_assert_cmpint(bt_write(blk, 333, w + 7, 1000), ==, 0);
     g_assert_cmpint(bt_read(blk, 333, r, 1000), ==, 0);
     g_assert_cmpmem(r, 1000, w + 7, 1000);
-    /* the last sector, and past the end */
-    g_assert_cmpint(bt_write(blk, SIZE - 512, w, 512), ==, 0);
-    g_assert_cmpint(bt_read(blk, SIZE - 512, r, 512), ==, 0);
-    g_assert_cmpmem(r, 512, w, 512);
-    g_assert_cmpint(bt_read(blk, SIZE - 512, r, 1024), <, 0);
-    /* write-zeroes reads back as zeroes, around it the data stays */
-    blk_aio_pwrite_zeroes(blk, 1 << 20, 64 << 10, 0, bt_cb, &d);
-    bt_wait(&d);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpint(bt_read(blk, 1 << 20, r, (64 << 10) + 4096), ==, 0);
-    for (unsigned i = 0; i < 64 << 10; i++) {
-        g_assert_cmpuint(r[i], ==, 0);
-    }
-    g_assert_cmpmem(r + (64 << 10), 4096, w + (64 << 10), 4096);
-    /* discard (unmap) succeeds */
-    d = (BtDone){0};
-    blk_aio_pdiscard(blk, 4 << 20, 1 << 20, bt_cb, &d);
-    bt_wait(&d);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpint(bt_flush(blk), ==, 0);
 }
 
 static void test_drive(void)
@@ -138,7 +79,7 @@ static void test_blockdev_resize(void)
     g_assert_true(blk_truncate(blk, 2 * SIZE, &err));
     g_assert_no_error(err);
     g_assert_cmpint(blk_getlength(blk), ==, 2 * SIZE);
-    fill(w, sizeof(w), 9);
+    rf_fill(w, sizeof(w), 9);
     g_assert_cmpint(bt_write(blk, 2 * SIZE - 4096, w, 4096), ==, 0);
     g_assert_cmpint(bt_read(blk, 2 * SIZE - 4096, r, 4096), ==, 0);
     g_assert_cmpmem(r, 4096, w, 4096);
@@ -148,17 +89,6 @@ static void test_blockdev_resize(void)
     g_assert_cmpint(bt_read(blk, SIZE, r, 4096), <, 0);
     blk_unref(blk);
     ceph_test_image_remove(conf, img);
-}
-
-static void expect_err(bool blockdev, const char *opts, const char *want)
-{
-    g_autofree char *msg = blockdev ? bt_blockdev_err(opts) : bt_drive_err(opts);
-
-    g_assert_nonnull(msg);
-    if (!strstr(msg, want)) {
-        g_error("'%s': got '%s', want '%s'", opts, msg, want);
-    }
-    g_assert_null(strchr(msg, '\n'));
 }
 
 static void test_errors(void)
@@ -171,20 +101,20 @@ static void test_errors(void)
     g_autofree char *bogus = g_strdup_printf("driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,bogus=1",
                                              img, conf);
 
-    expect_err(true, "driver=rbd,node-name=r0,image=x", "Parameter 'pool' is missing");
-    expect_err(true, "driver=rbd,node-name=r0,pool=rbd", "Parameter 'image' is missing");
-    expect_err(true, "driver=rbd,node-name=r0,pool=rbd,image=x,snapshot=s", "snapshot");
-    expect_err(true, bogus, "Invalid parameter 'bogus'");
-    expect_err(true, bad_conf, "error reading conf file");
-    expect_err(true, no_img, "error opening image no-such-image");
-    expect_err(true, no_pool, "error opening pool no-such-pool");
-    expect_err(false, "file=rbd:", "Pool name is required");
-    expect_err(false, "file=rbd:rbd", "Pool name is required");
-    expect_err(false, "file=rbd:rbd/", "Image name is required");
-    expect_err(false, "file=rbd:rbd/img@snap", "snapshots are not supported");
-    expect_err(false, "file=rbd:rbd/img:conf", "has no value");
-    expect_err(false, "file=rbd:rbd/img:keyring=/k", "not supported");
-    expect_err(false, bad_key, "error setting config option 'no_such_option'");
+    rf_expect_err(true, "driver=rbd,node-name=r0,image=x", "Parameter 'pool' is missing");
+    rf_expect_err(true, "driver=rbd,node-name=r0,pool=rbd", "Parameter 'image' is missing");
+    rf_expect_err(true, "driver=rbd,node-name=r0,pool=rbd,image=x,snapshot=s", "snapshot");
+    rf_expect_err(true, bogus, "Invalid parameter 'bogus'");
+    rf_expect_err(true, bad_conf, "error reading conf file");
+    rf_expect_err(true, no_img, "error opening image no-such-image");
+    rf_expect_err(true, no_pool, "error opening pool no-such-pool");
+    rf_expect_err(false, "file=rbd:", "Pool name is required");
+    rf_expect_err(false, "file=rbd:rbd", "Pool name is required");
+    rf_expect_err(false, "file=rbd:rbd/", "Image name is required");
+    rf_expect_err(false, "file=rbd:rbd/img@snap", "snapshots are not supported");
+    rf_expect_err(false, "file=rbd:rbd/img:conf", "has no value");
+    rf_expect_err(false, "file=rbd:rbd/img:keyring=/k", "not supported");
+    rf_expect_err(false, bad_key, "error setting config option 'no_such_option'");
     ceph_test_image_remove(conf, img);
 }
 
@@ -205,7 +135,7 @@ static void test_osd_fault(void)
     blk = bt_drive("file=rbd:rbd/%s:conf=%s:rados_osd_op_timeout=3,format=raw,"
                    "cache=writeback,werror=report,rerror=report",
                    img, conf);
-    fill(w, sizeof(w), 5);
+    rf_fill(w, sizeof(w), 5);
     g_assert_cmpint(bt_write(blk, 8192, w, 4096), ==, 0);
     g_assert_true(ceph_test_osd(false));
     blk_aio_pwritev(blk, 16384, &(struct iovec){w, 4096}, 1, 4096, 0, bt_cb, &d);
@@ -223,21 +153,6 @@ static void test_osd_fault(void)
     ceph_test_image_remove(conf, img);
 }
 
-typedef struct HookLog {
-    unsigned calls;
-    char action[16];
-    int error;
-} HookLog;
-
-static void hook(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
-{
-    HookLog *h = opaque;
-
-    h->calls++;
-    g_strlcpy(h->action, ev->action, sizeof(h->action));
-    h->error = ev->error;
-}
-
 /*
  * werror=stop: a write to a stopped OSD fails after rados_osd_op_timeout and
  * is parked (BLOCK_IO_ERROR, action stop); once the OSD is back, resuming
@@ -247,8 +162,8 @@ static void test_osd_stop_resume(void)
 {
     g_autofree char *img = NULL;
     BlockBackend *blk;
-    HookLog h = {0};
-    uint8_t w[4096], r[4096];
+    RfHookLog h = {0};
+    uint8_t w[4096];
     struct iovec iov = {w, sizeof(w)};
     BtDone d = {0};
     int64_t deadline;
@@ -260,8 +175,8 @@ static void test_osd_stop_resume(void)
     img = ceph_test_image_new(conf, SIZE);
     blk = bt_drive("file=rbd:rbd/%s:conf=%s:rados_osd_op_timeout=3,format=raw,werror=stop",
                    img, conf);
-    blk_set_error_hook(blk, hook, &h);
-    fill(w, sizeof(w), 11);
+    blk_set_error_hook(blk, rf_hook, &h);
+    rf_fill(w, sizeof(w), 11);
     g_assert_true(ceph_test_osd(false));
     blk_aio_pwritev(blk, 65536, &iov, 1, sizeof(w), 0, bt_cb, &d);
     deadline = event_clock_ns() + 20 * 1000000000LL;
@@ -274,19 +189,7 @@ static void test_osd_stop_resume(void)
     g_assert_cmpuint(blk_parked_count(blk), ==, 1);
     g_assert_true(ceph_test_osd(true));
     /* 'cont' until it goes through (a retry may time out while the PG peers) */
-    for (int i = 0; i < 10 && !d.done; i++) {
-        unsigned calls = h.calls;
-
-        blk_resume_parked(blk);
-        while (!d.done && h.calls == calls) {
-            event_loop_run_once(bt_loop, true);
-        }
-    }
-    g_assert_true(d.done);
-    g_assert_cmpint(d.ret, ==, 0);
-    g_assert_cmpuint(blk_parked_count(blk), ==, 0);
-    g_assert_cmpint(bt_read(blk, 65536, r, sizeof(r)), ==, 0);
-    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+    rf_resume_until_written(blk, &d, &h, 10, 0, 65536, w, sizeof(w));
     blk_unref(blk);
     ceph_test_image_remove(conf, img);
 }

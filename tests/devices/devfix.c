@@ -3,10 +3,12 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/virtio_blk.h>
 
 #include "devfix.h"
 
@@ -55,7 +57,7 @@ static BlockBackend *devfix_backend(DevFix *f, const DevFixConf *c, GError **err
     return b;
 }
 
-/* What virtio-blk-pci's blk_open_host() gives the dataplane: engine, fd, O_DIRECT, nbd. */
+/* What virtio-blk-pci's blk_open_host() gives the dataplane: engine, fd, O_DIRECT, nbd, rbd. */
 static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq, GError **err)
 {
     const BlockHostInfo *hi = &f->hi;
@@ -70,6 +72,16 @@ static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq
                                   .socket = hi->nbd_socket,
                                   .export_name = hi->nbd_export,
                                   .reconnect_delay_s = hi->nbd_reconnect_delay};
+        return true;
+    }
+    if (hi->rbd) {
+        ioq->engine = ioq->engine ? ioq->engine : "rbd";
+        ioq->rbd = (IOQRbdConfig){.pool = hi->rbd_pool,
+                                  .rbd_namespace = hi->rbd_namespace,
+                                  .image = hi->rbd_image,
+                                  .conf = hi->rbd_conf,
+                                  .user = hi->rbd_user,
+                                  .conf_kv = hi->rbd_conf_kv};
         return true;
     }
     f->fd = open(hi->filename, flags);
@@ -252,4 +264,173 @@ void devfix_fini(DevFix *f)
     }
     memset(f, 0, sizeof(*f));
     f->fd = -1;
+}
+
+int devfix_submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
+{
+    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
+    uint8_t data[512], ff = 0xff;
+    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
+    int hd;
+
+    memset(data, fill, sizeof(data));
+    testdrv_memwrite(d, base, &h, sizeof(h));
+    testdrv_memwrite(d, base + 512, data, sizeof(data));
+    testdrv_memwrite(d, base + 1024, &ff, 1);
+    hd = testvq_add_chain(tvq, bufs, 3);
+    g_assert_cmpint(hd, >=, 0);
+    testvq_publish(tvq, (uint16_t)hd);
+    testvq_kick(tvq);
+    return hd;
+}
+
+/* ---- the seq-tagged writer ---- */
+
+typedef struct WriterSlot {
+    uint64_t hdr, data, status;
+    uint32_t seq;
+    bool flush;
+    uint32_t writes_before; /* flush: writes submitted before it */
+} WriterSlot;
+
+#define WRITER_MAX_SEQ (1u << 20)
+
+void devfix_writer_init(DevFixWriter *w, TestDrv *d, TestVq *tvq, unsigned qidx,
+                        unsigned queue_size, unsigned depth, unsigned region, gint64 timeout_us)
+{
+    *w = (DevFixWriter){.d = d,
+                        .tvq = tvq,
+                        .qidx = qidx,
+                        .queue_size = queue_size,
+                        .depth = depth,
+                        .region = region,
+                        .timeout_us = timeout_us,
+                        .last_seq = g_new(uint32_t, region)};
+    memset(w->last_seq, 0xff, region * sizeof(uint32_t));
+}
+
+/* Fill slot @s with request @seq and add its chain; returns its head. */
+static int writer_submit(DevFixWriter *w, WriterSlot *s, uint32_t seq, uint32_t writes_submitted)
+{
+    bool flush = seq % 16 == 15;
+    uint64_t sector = (uint64_t)w->qidx * w->region + seq % w->region;
+    struct virtio_blk_outhdr h = {.type = htole32(flush ? VIRTIO_BLK_T_FLUSH : VIRTIO_BLK_T_OUT),
+                                  .sector = htole64(flush ? 0 : sector)};
+    uint8_t blk[512] = {0}, ff = 0xff;
+    TestBuf bufs[3] = {{s->hdr, 16, false}, {s->data, 512, false}, {s->status, 1, true}};
+
+    s->seq = seq;
+    s->flush = flush;
+    s->writes_before = writes_submitted;
+    memcpy(blk, &seq, 4);
+    memcpy(blk + 4, &w->qidx, 4);
+    testdrv_memwrite(w->d, s->hdr, &h, sizeof(h));
+    testdrv_memwrite(w->d, s->status, &ff, 1);
+    if (flush) {
+        bufs[1] = bufs[2];
+        return testvq_add_chain(w->tvq, bufs, 2);
+    }
+    testdrv_memwrite(w->d, s->data, blk, sizeof(blk));
+    return testvq_add_chain(w->tvq, bufs, 3);
+}
+
+void devfix_writer_run(DevFixWriter *w, bool (*stopping)(void *opaque), void *opaque)
+{
+    WriterSlot *slots = g_new0(WriterSlot, w->depth);
+    int *slot_of_head = g_new(int, w->queue_size);
+    unsigned *free_slots = g_new(unsigned, w->depth);
+    unsigned nfree = w->depth, inflight = 0;
+    uint32_t seq = 0, writes_submitted = 0, writes_completed = 0;
+    uint8_t *done_seq = g_new0(uint8_t, WRITER_MAX_SEQ); /* completion flag per write seq */
+    gint64 deadline = g_get_monotonic_time() + w->timeout_us;
+
+    for (unsigned i = 0; i < w->depth; i++) {
+        slots[i].hdr = testdrv_alloc(w->d, 16, 16);
+        slots[i].data = testdrv_alloc(w->d, 512, 512);
+        slots[i].status = testdrv_alloc(w->d, 1, 1);
+        free_slots[i] = i;
+    }
+    for (unsigned i = 0; i < w->queue_size; i++) {
+        slot_of_head[i] = -1;
+    }
+    while (!stopping(opaque) || inflight) {
+        uint16_t head;
+        uint32_t len;
+
+        while (!stopping(opaque) && nfree && seq < WRITER_MAX_SEQ - 1) {
+            unsigned k = free_slots[--nfree];
+            int hd = writer_submit(w, &slots[k], seq, writes_submitted);
+
+            g_assert_cmpint(hd, >=, 0);
+            g_assert_cmpint(slot_of_head[hd], ==, -1);
+            if (!slots[k].flush) {
+                writes_submitted++;
+            }
+            slot_of_head[hd] = (int)k;
+            testvq_publish(w->tvq, (uint16_t)hd);
+            seq++;
+            inflight++;
+        }
+        testvq_kick(w->tvq);
+        while (testvq_get_used(w->tvq, &head, &len)) {
+            int k;
+            WriterSlot *s;
+
+            g_assert_cmpuint(head, <, w->queue_size);
+            k = slot_of_head[head];
+            g_assert_cmpint(k, >=, 0); /* completed once, and only if submitted */
+            s = &slots[k];
+            g_assert_cmpuint(len, ==, 1);
+            g_assert_cmpuint(testdrv_readb(w->d, s->status), ==, VIRTIO_BLK_S_OK);
+            if (s->flush) {
+                /* Every write submitted before the flush has completed. */
+                g_assert_cmpuint(writes_completed, >=, s->writes_before);
+                for (uint32_t i = s->seq > 64 ? s->seq - 64 : 0; i < s->seq; i++) {
+                    g_assert_true(i % 16 == 15 || done_seq[i]);
+                }
+                w->flushes++;
+            } else {
+                uint64_t sector = s->seq % w->region;
+
+                g_assert_false(done_seq[s->seq]);
+                done_seq[s->seq] = 1;
+                writes_completed++;
+                if (w->last_seq[sector] == UINT32_MAX || s->seq >= w->last_seq[sector]) {
+                    w->last_seq[sector] = s->seq;
+                }
+            }
+            slot_of_head[head] = -1;
+            free_slots[nfree++] = (unsigned)k;
+            inflight--;
+            __atomic_add_fetch(&w->completed, 1, __ATOMIC_RELAXED);
+        }
+        if (inflight) {
+            testvq_wait_used(w->tvq, 50);
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline); /* nothing lost */
+    }
+    g_free(done_seq);
+    g_free(free_slots);
+    g_free(slot_of_head);
+    g_free(slots);
+}
+
+void devfix_writer_check(DevFixWriter *w, int fd)
+{
+    for (unsigned s = 0; s < w->region; s++) {
+        uint8_t b[512] __attribute__((aligned(512)));
+        uint32_t seq, qi;
+
+        if (w->last_seq[s] == UINT32_MAX) {
+            continue;
+        }
+        g_assert_cmpint(pread(fd, b, 512, (off_t)((uint64_t)w->qidx * w->region + s) * 512), ==,
+                        512);
+        memcpy(&seq, b, 4);
+        memcpy(&qi, b + 4, 4);
+        g_assert_cmpuint(qi, ==, w->qidx);
+        g_assert_cmpuint(seq, ==, w->last_seq[s]);
+    }
+    g_free(w->last_seq);
+    w->last_seq = NULL;
 }

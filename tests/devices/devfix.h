@@ -30,7 +30,7 @@
 typedef struct DevFixConf {
     /* -drive options, or -blockdev ones if they have "driver="; "%s" is the image. */
     const char *drive;
-    const char *image;   /* the image (a path, an NBD URI); NULL: a new file, see @dir */
+    const char *image;   /* a path, an NBD URI or an RBD image; NULL: a new file, see @dir */
     const char *dir;     /* where the new file goes (NULL: g_get_tmp_dir()); unlinked at fini */
     uint64_t bytes;      /* the disk's size: the new file's and the device's capacity */
     uint64_t ram_size;   /* the test driver's guest RAM */
@@ -41,8 +41,8 @@ typedef struct DevFixConf {
     /* The dataplane's fd is opened as virtio-blk-pci does (the drive's mode, O_DIRECT with
      * cache.direct), or read-only with @dataplane_read_only (its writes fail). */
     bool dataplane_read_only;
-    /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, native or
-     * io_uring); fd, direct and nbd are filled in. */
+    /* The dataplane's IOQ: engine NULL picks it as virtio-blk-pci does (nbd, rbd, native
+     * or io_uring); fd, direct, nbd and rbd are filled in. */
     IOQConfig ioq;
     /* The device's configuration (NULL: the defaults for @bytes); its num_queues,
      * queue_size and writeback are the fixture's. */
@@ -98,5 +98,49 @@ void devfix_guest_done(DevFix *f);
 void devfix_stop_guests(DevFix *f);
 /* Stop and free everything devfix_init() built; closes the fd, unlinks a file it created. */
 void devfix_fini(DevFix *f);
+
+/*
+ * One 512-byte write of bytes @fill at @sector on @tvq, its header, data and
+ * status at @base, +512 and +1024 (1 KiB + 1 byte of guest RAM from @base),
+ * published and kicked. Returns the head.
+ */
+int devfix_submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill);
+
+/*
+ * The seq-tagged writer of the stress tests (path switches, queue remaps):
+ * one guest thread on one queue keeps @depth requests in flight, 512-byte
+ * writes to the queue's own @region sectors (from qidx * region; writes to
+ * one sector are @region requests apart) whose data starts with the
+ * request's sequence number and the queue index, and every 16th request a
+ * FLUSH. Checked as they complete: each head completes once and only if
+ * submitted, with status OK, a FLUSH only after every write submitted
+ * before it; nothing may stay in flight past @timeout_us.
+ */
+typedef struct DevFixWriter {
+    TestDrv *d;
+    TestVq *tvq;
+    unsigned qidx;
+    unsigned queue_size;
+    unsigned depth;     /* requests in flight (3 descriptors each) */
+    unsigned region;    /* sectors of the queue's region */
+    gint64 timeout_us;  /* the whole run's deadline */
+    uint64_t completed; /* requests completed (atomic: read while it runs) */
+    uint64_t flushes;
+    uint32_t *last_seq; /* per sector of the region: the last completed write's seq, or UINT32_MAX */
+} DevFixWriter;
+
+/* Set @w up for queue @qidx (last_seq all UINT32_MAX). */
+void devfix_writer_init(DevFixWriter *w, TestDrv *d, TestVq *tvq, unsigned qidx,
+                        unsigned queue_size, unsigned depth, unsigned region, gint64 timeout_us);
+/*
+ * Run the workload until @stopping(@opaque) is true, then complete what is
+ * in flight and return. Context: the guest thread
+ */
+void devfix_writer_run(DevFixWriter *w, bool (*stopping)(void *opaque), void *opaque);
+/*
+ * With the device stopped: @fd (the disk) holds the last completed write
+ * of every sector of the region @w wrote, tagged with its queue. Frees last_seq.
+ */
+void devfix_writer_check(DevFixWriter *w, int fd);
 
 #endif /* VBLK_TESTS_DEVFIX_H */

@@ -30,116 +30,19 @@
 
 typedef struct Guest {
     DevFix *fix;
-    TestDrv *d;
-    TestVq *tvq;
-    unsigned qidx;
-    uint64_t completed;
-    uint64_t flushes;
-    uint32_t *last_seq; /* per sector of the region: seq of the last completed write */
+    DevFixWriter w;
 } Guest;
 
-typedef struct Slot {
-    uint64_t hdr, data, status;
-    uint32_t seq;
-    bool flush;
-    uint32_t writes_before; /* flush: writes submitted before it */
-} Slot;
+static bool guest_stopping(void *opaque)
+{
+    return devfix_guests_stopping(opaque);
+}
 
 static gpointer guest_thread(gpointer opaque)
 {
     Guest *g = opaque;
-    Slot slots[DEPTH];
-    int slot_of_head[QSIZE];
-    unsigned free_slots[DEPTH], nfree = DEPTH, inflight = 0;
-    uint32_t seq = 0, writes_submitted = 0, writes_completed = 0;
-    uint32_t *done_seq = g_new0(uint32_t, 1 << 20); /* completion flag per write seq */
-    gint64 deadline = g_get_monotonic_time() + TIMEOUT;
 
-    for (unsigned i = 0; i < DEPTH; i++) {
-        slots[i].hdr = testdrv_alloc(g->d, 16, 16);
-        slots[i].data = testdrv_alloc(g->d, 512, 512);
-        slots[i].status = testdrv_alloc(g->d, 1, 1);
-        free_slots[i] = i;
-    }
-    for (unsigned i = 0; i < QSIZE; i++) {
-        slot_of_head[i] = -1;
-    }
-    while (!devfix_guests_stopping(g->fix) || inflight) {
-        uint16_t head;
-        uint32_t len;
-
-        while (!devfix_guests_stopping(g->fix) && nfree && seq < (1u << 20) - 1) {
-            unsigned k = free_slots[--nfree];
-            Slot *s = &slots[k];
-            bool flush = seq % 16 == 15;
-            uint64_t sector = (uint64_t)g->qidx * REGION + seq % REGION;
-            struct virtio_blk_outhdr h = {
-                .type = htole32(flush ? VIRTIO_BLK_T_FLUSH : VIRTIO_BLK_T_OUT),
-                .sector = htole64(flush ? 0 : sector)};
-            uint8_t blk[512] = {0}, ff = 0xff;
-            TestBuf bufs[3] = {{s->hdr, 16, false}, {s->data, 512, false}, {s->status, 1, true}};
-            int hd;
-
-            s->seq = seq;
-            s->flush = flush;
-            s->writes_before = writes_submitted;
-            memcpy(blk, &seq, 4);
-            memcpy(blk + 4, &g->qidx, 4);
-            testdrv_memwrite(g->d, s->hdr, &h, sizeof(h));
-            testdrv_memwrite(g->d, s->status, &ff, 1);
-            if (flush) {
-                bufs[1] = bufs[2];
-                hd = testvq_add_chain(g->tvq, bufs, 2);
-            } else {
-                testdrv_memwrite(g->d, s->data, blk, sizeof(blk));
-                hd = testvq_add_chain(g->tvq, bufs, 3);
-                writes_submitted++;
-            }
-            g_assert_cmpint(hd, >=, 0);
-            g_assert_cmpint(slot_of_head[hd], ==, -1);
-            slot_of_head[hd] = (int)k;
-            testvq_publish(g->tvq, (uint16_t)hd);
-            seq++;
-            inflight++;
-        }
-        testvq_kick(g->tvq);
-        while (testvq_get_used(g->tvq, &head, &len)) {
-            int k;
-            Slot *s;
-
-            g_assert_cmpuint(head, <, QSIZE);
-            k = slot_of_head[head];
-            g_assert_cmpint(k, >=, 0); /* completed once, and only if submitted */
-            s = &slots[k];
-            g_assert_cmpuint(len, ==, 1);
-            g_assert_cmpuint(testdrv_readb(g->d, s->status), ==, VIRTIO_BLK_S_OK);
-            if (s->flush) {
-                /* Every write submitted before the flush has completed. */
-                g_assert_cmpuint(writes_completed, >=, s->writes_before);
-                for (uint32_t i = s->seq > 64 ? s->seq - 64 : 0; i < s->seq; i++) {
-                    g_assert_true(i % 16 == 15 || done_seq[i]);
-                }
-                g->flushes++;
-            } else {
-                uint64_t sector = s->seq % REGION;
-
-                done_seq[s->seq] = 1;
-                writes_completed++;
-                if (s->seq >= g->last_seq[sector] || g->last_seq[sector] == UINT32_MAX) {
-                    g->last_seq[sector] = s->seq;
-                }
-            }
-            slot_of_head[head] = -1;
-            free_slots[nfree++] = (unsigned)k;
-            inflight--;
-            __atomic_add_fetch(&g->completed, 1, __ATOMIC_RELAXED);
-        }
-        if (inflight) {
-            testvq_wait_used(g->tvq, 50);
-        }
-        g_assert_cmpint(g_get_monotonic_time(), <, deadline); /* nothing lost */
-    }
-    g_free(done_seq);
+    devfix_writer_run(&g->w, guest_stopping, g->fix);
     devfix_guest_done(g->fix);
     return NULL;
 }
@@ -223,9 +126,8 @@ static void test_switch_stress(gconstpointer data)
     dumper = g_thread_new("dump", dump_thread, &dump_stop);
 
     for (unsigned i = 0; i < NQ; i++) {
-        g[i] = (Guest){
-            .fix = &f, .d = f.d, .tvq = f.tvq[i], .qidx = i, .last_seq = g_new(uint32_t, REGION)};
-        memset(g[i].last_seq, 0xff, REGION * sizeof(uint32_t));
+        g[i].fix = &f;
+        devfix_writer_init(&g[i].w, f.d, f.tvq[i], i, QSIZE, DEPTH, REGION, TIMEOUT);
         devfix_guest_start(&f, guest_thread, &g[i]);
     }
     while (switches < target) {
@@ -243,7 +145,8 @@ static void test_switch_stress(gconstpointer data)
     g_assert_cmpuint(st.switches, ==, target);
     g_test_message("%s: %u switches; %" PRIu64 " + %" PRIu64 " requests (%" PRIu64 " + %" PRIu64
                    " flushes); stall mean %.1f us, max %.1f us",
-                   engine, switches, g[0].completed, g[1].completed, g[0].flushes, g[1].flushes,
+                   engine, switches, g[0].w.completed, g[1].w.completed, g[0].w.flushes,
+                   g[1].w.flushes,
                    st.total_stall_ns / 1e3 / st.switches, st.max_stall_ns / 1e3);
     printf("# BENCH-SWITCH engine=%s switches=%u stall_mean_us=%.1f stall_max_us=%.1f\n", engine,
            switches, st.total_stall_ns / 1e3 / st.switches, st.max_stall_ns / 1e3);
@@ -263,7 +166,7 @@ static void test_switch_stress(gconstpointer data)
         dataplane_get_queue_stats(dp_switch_dataplane(sw), i, &qs);
         popped[i] = qs.requests;
         g_assert_cmpuint(popped[i], >, 0);
-        g_assert_cmpuint(popped[i], <=, g[i].completed);
+        g_assert_cmpuint(popped[i], <=, g[i].w.completed);
         line = g_strdup_printf("device disk-t queue %u (dataplane counters): popped %" PRIu64
                                ", completed %" PRIu64 ", in flight 0,",
                                i, popped[i], popped[i]);
@@ -279,42 +182,10 @@ static void test_switch_stress(gconstpointer data)
 
     /* The file holds the last completed write of every sector. */
     for (unsigned i = 0; i < NQ; i++) {
-        g_assert_cmpuint(g[i].completed, >, 1000);
-        for (unsigned s = 0; s < REGION; s++) {
-            uint8_t b[512] __attribute__((aligned(512)));
-            uint32_t seq, qi;
-
-            if (g[i].last_seq[s] == UINT32_MAX) {
-                continue;
-            }
-            g_assert_cmpint(pread(f.fd, b, 512, (off_t)((uint64_t)i * REGION + s) * 512), ==, 512);
-            memcpy(&seq, b, 4);
-            memcpy(&qi, b + 4, 4);
-            g_assert_cmpuint(qi, ==, i);
-            g_assert_cmpuint(seq, ==, g[i].last_seq[s]);
-        }
-        g_free(g[i].last_seq);
+        g_assert_cmpuint(g[i].w.completed, >, 1000);
+        devfix_writer_check(&g[i].w, f.fd);
     }
     devfix_fini(&f);
-}
-
-/* One 512-byte write of @fill at @sector, published and kicked. */
-static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
-{
-    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
-    uint8_t data[512], ff = 0xff;
-    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
-    int hd;
-
-    memset(data, fill, sizeof(data));
-    testdrv_memwrite(d, base, &h, sizeof(h));
-    testdrv_memwrite(d, base + 512, data, sizeof(data));
-    testdrv_memwrite(d, base + 1024, &ff, 1);
-    hd = testvq_add_chain(tvq, bufs, 3);
-    g_assert_cmpint(hd, >=, 0);
-    testvq_publish(tvq, (uint16_t)hd);
-    testvq_kick(tvq);
-    return hd;
 }
 
 /*
@@ -353,7 +224,7 @@ static void test_switch_parked(void)
 
     /* The first write fails once and is parked. */
     buf = testdrv_alloc(f.d, 2048, 512);
-    hd = submit_write(f.d, f.tvq[0], buf, 8, 0xa5);
+    hd = devfix_submit_write(f.d, f.tvq[0], buf, 8, 0xa5);
     for (int i = 0; i < 10000 && blk_parked_count(f.backend) == 0; i++) {
         event_loop_run_once(f.main_loop, false);
         g_usleep(100);
@@ -379,7 +250,7 @@ static void test_switch_parked(void)
     /* Nothing parked: the switch goes through, and the dataplane serves the next write. */
     g_assert_true(dp_switch_set_dataplane(f.sw, true, &err));
     g_assert_no_error(err);
-    hd = submit_write(f.d, f.tvq[0], buf, 9, 0x5a);
+    hd = devfix_submit_write(f.d, f.tvq[0], buf, 9, 0x5a);
     for (int i = 0; i < 200 && !testvq_get_used(f.tvq[0], &head, &len); i++) {
         testvq_wait_used(f.tvq[0], 50);
     }

@@ -27,7 +27,7 @@
 #include <endian.h>
 #include <linux/virtio_blk.h>
 
-#include "testdrv.h"
+#include "devfix.h"
 #include "devices/dp-switch.h"
 #include "event/iothread-registry.h"
 #include "monitor/qmp.h"
@@ -42,121 +42,129 @@
 #define TIMEOUT (120 * G_USEC_PER_SEC)
 
 typedef struct Guest {
-    TestDrv *d;
-    TestVq *tvq;
-    unsigned qidx;
+    DevFixWriter w;
     bool stop; /* main -> guest */
     bool done; /* guest -> main */
-    uint64_t completed;
-    uint64_t flushes;
-    uint32_t *last_seq; /* per sector of the region: seq of the last completed write */
 } Guest;
 
-typedef struct Slot {
-    uint64_t hdr, data, status;
-    uint32_t seq;
-    bool flush;
-    uint32_t writes_before; /* flush: writes submitted before it */
-} Slot;
+static bool guest_stopping(void *opaque)
+{
+    Guest *g = opaque;
+
+    return __atomic_load_n(&g->stop, __ATOMIC_ACQUIRE);
+}
 
 static gpointer guest_thread(gpointer opaque)
 {
     Guest *g = opaque;
-    Slot slots[DEPTH];
-    int slot_of_head[QSIZE];
-    unsigned free_slots[DEPTH], nfree = DEPTH, inflight = 0;
-    uint32_t seq = 0, writes_submitted = 0, writes_completed = 0;
-    uint8_t *done_seq = g_new0(uint8_t, 1 << 20); /* completion flag per write seq */
-    gint64 deadline = g_get_monotonic_time() + TIMEOUT;
 
-    for (unsigned i = 0; i < DEPTH; i++) {
-        slots[i].hdr = testdrv_alloc(g->d, 16, 16);
-        slots[i].data = testdrv_alloc(g->d, 512, 512);
-        slots[i].status = testdrv_alloc(g->d, 1, 1);
-        free_slots[i] = i;
-    }
-    for (unsigned i = 0; i < QSIZE; i++) {
-        slot_of_head[i] = -1;
-    }
-    while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE) || inflight) {
-        uint16_t head;
-        uint32_t len;
-
-        while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE) && nfree && seq < (1u << 20) - 1) {
-            unsigned k = free_slots[--nfree];
-            Slot *s = &slots[k];
-            bool flush = seq % 16 == 15;
-            uint64_t sector = (uint64_t)g->qidx * REGION + seq % REGION;
-            struct virtio_blk_outhdr h = {
-                .type = htole32(flush ? VIRTIO_BLK_T_FLUSH : VIRTIO_BLK_T_OUT),
-                .sector = htole64(flush ? 0 : sector)};
-            uint8_t blk[512] = {0}, ff = 0xff;
-            TestBuf bufs[3] = {{s->hdr, 16, false}, {s->data, 512, false}, {s->status, 1, true}};
-            int hd;
-
-            s->seq = seq;
-            s->flush = flush;
-            s->writes_before = writes_submitted;
-            memcpy(blk, &seq, 4);
-            memcpy(blk + 4, &g->qidx, 4);
-            testdrv_memwrite(g->d, s->hdr, &h, sizeof(h));
-            testdrv_memwrite(g->d, s->status, &ff, 1);
-            if (flush) {
-                bufs[1] = bufs[2];
-                hd = testvq_add_chain(g->tvq, bufs, 2);
-            } else {
-                testdrv_memwrite(g->d, s->data, blk, sizeof(blk));
-                hd = testvq_add_chain(g->tvq, bufs, 3);
-                writes_submitted++;
-            }
-            g_assert_cmpint(hd, >=, 0);
-            g_assert_cmpint(slot_of_head[hd], ==, -1);
-            slot_of_head[hd] = (int)k;
-            testvq_publish(g->tvq, (uint16_t)hd);
-            seq++;
-            inflight++;
-        }
-        testvq_kick(g->tvq);
-        while (testvq_get_used(g->tvq, &head, &len)) {
-            int k;
-            Slot *s;
-
-            g_assert_cmpuint(head, <, QSIZE);
-            k = slot_of_head[head];
-            g_assert_cmpint(k, >=, 0); /* completed once, and only if submitted */
-            s = &slots[k];
-            g_assert_cmpuint(len, ==, 1);
-            g_assert_cmpuint(testdrv_readb(g->d, s->status), ==, VIRTIO_BLK_S_OK);
-            if (s->flush) {
-                /* Every write submitted before the flush has completed. */
-                g_assert_cmpuint(writes_completed, >=, s->writes_before);
-                for (uint32_t i = s->seq > 64 ? s->seq - 64 : 0; i < s->seq; i++) {
-                    g_assert_true(i % 16 == 15 || done_seq[i]);
-                }
-                g->flushes++;
-            } else {
-                uint64_t sector = s->seq % REGION;
-
-                g_assert_false(done_seq[s->seq]);
-                done_seq[s->seq] = 1;
-                writes_completed++;
-                if (g->last_seq[sector] == UINT32_MAX || s->seq >= g->last_seq[sector]) {
-                    g->last_seq[sector] = s->seq;
-                }
-            }
-            slot_of_head[head] = -1;
-            free_slots[nfree++] = (unsigned)k;
-            inflight--;
-            __atomic_add_fetch(&g->completed, 1, __ATOMIC_RELAXED);
-        }
-        if (inflight) {
-            testvq_wait_used(g->tvq, 50);
-        }
-        g_assert_cmpint(g_get_monotonic_time(), <, deadline); /* nothing lost */
-    }
-    g_free(done_seq);
+    devfix_writer_run(&g->w, guest_stopping, g);
     __atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
     return NULL;
+}
+
+/*
+ * A device of @nq queues (of @qsize; 0: the default) over @sectors, built
+ * into @conf; with @features, the test driver's features negotiated there.
+ */
+static VirtIOBlk *new_blk(VirtIOBlkConf *conf, uint64_t sectors, unsigned nq, unsigned qsize,
+                          uint64_t *features)
+{
+    GError *err = NULL;
+    VirtIOBlk *blk;
+
+    virtio_blk_conf_init(conf, sectors);
+    conf->num_queues = nq;
+    if (qsize) {
+        conf->queue_size = qsize;
+    }
+    blk = virtio_blk_new(conf, &err);
+    g_assert_no_error(err);
+    if (features) {
+        *features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
+        g_assert_true(virtio_blk_set_features(blk, *features, &err));
+    }
+    return blk;
+}
+
+/* A device's queues on the test driver, as the dataplanes take them. */
+typedef struct Queues {
+    unsigned n;
+    TestVq *tvq[NQ];
+    VirtQueue *vq[NQ];
+    VirtIOBlkQueue *q[NQ];
+    DataPlaneQueue dq[NQ];
+} Queues;
+
+static void queues_init(Queues *qs, TestDrv *d, VirtIOBlk *blk, unsigned n, unsigned size,
+                        uint64_t features)
+{
+    GError *err = NULL;
+
+    g_assert_cmpuint(n, <=, NQ);
+    qs->n = n;
+    for (unsigned i = 0; i < n; i++) {
+        qs->tvq[i] = testvq_new(d, size, features);
+        qs->vq[i] = virtqueue_new(testdrv_guestmem(d), size, testvq_desc_gpa(qs->tvq[i]),
+                                  testvq_avail_gpa(qs->tvq[i]), testvq_used_gpa(qs->tvq[i]),
+                                  features, &err);
+        g_assert_no_error(err);
+        qs->q[i] = virtio_blk_queue_new(blk, qs->vq[i], NULL, NULL, &err);
+        g_assert_no_error(err);
+        qs->dq[i] = (DataPlaneQueue){.q = qs->q[i],
+                                     .host_notifier = testvq_kick_fd(qs->tvq[i]),
+                                     .notifier = {.fd = testvq_call_fd(qs->tvq[i])}};
+    }
+}
+
+static void queues_fini(Queues *qs)
+{
+    for (unsigned i = 0; i < qs->n; i++) {
+        virtio_blk_queue_free(qs->q[i]);
+        virtqueue_free(qs->vq[i]);
+        testvq_free(qs->tvq[i]);
+    }
+}
+
+/* @n iothreads named @prefix0, @prefix1, ... */
+static void iothreads_new(IOThread **io, unsigned n, const char *prefix)
+{
+    GError *err = NULL;
+
+    for (unsigned t = 0; t < n; t++) {
+        g_autofree char *name = g_strdup_printf("%s%u", prefix, t);
+
+        io[t] = iothread_new(name, &err);
+        g_assert_no_error(err);
+    }
+}
+
+static void iothreads_free(IOThread **io, unsigned n)
+{
+    for (unsigned t = 0; t < n; t++) {
+        iothread_free(io[t]);
+    }
+}
+
+/* The BlockBackend of the -drive options @drive. */
+static BlockBackend *open_backend(const char *drive, EventLoop *main_loop)
+{
+    GHashTable *opts = blk_opts_parse(drive);
+    GError *err = NULL;
+    BlockBackend *backend = blk_new_from_drive_opts(opts, main_loop, &err);
+
+    g_assert_no_error(err);
+    g_hash_table_unref(opts);
+    return backend;
+}
+
+static EventLoop *new_main_loop(void)
+{
+    GError *err = NULL;
+    EventLoop *main_loop = event_loop_new(&err);
+
+    g_assert_no_error(err);
+    return main_loop;
 }
 
 /* The dataplanes serve exactly the queues @map gives each iothread. */
@@ -203,15 +211,11 @@ static void test_remap_stress(gconstpointer data)
     VirtIOBlk *blk;
     GError *err = NULL;
     uint64_t features;
-    TestVq *tvq[NQ];
-    VirtQueue *vq[NQ];
-    VirtIOBlkQueue *q[NQ];
-    DataPlaneQueue dq[NQ];
+    Queues qs;
     EventLoop *main_loop;
     IOThread *io[NT];
     IOThread *map[NQ];
     BlockBackend *backend;
-    GHashTable *opts;
     DpSwitch *sw;
     DpSwitchStats st;
     DpSwitchConf sc;
@@ -234,41 +238,15 @@ static void test_remap_stress(gconstpointer data)
         return;
     }
     d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, NQ * REGION);
-    conf.num_queues = NQ;
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    for (unsigned t = 0; t < NT; t++) {
-        g_autofree char *name = g_strdup_printf("mq-io%u", t);
-
-        io[t] = iothread_new(name, &err);
-        g_assert_no_error(err);
-    }
+    blk = new_blk(&conf, NQ * REGION, NQ, QSIZE, &features);
+    main_loop = new_main_loop();
+    iothreads_new(io, NT, "mq-io");
     optstr = g_strdup_printf("file=%s,cache=none,aio=%s", path,
                              strcmp(c->engine, "native") ? "io_uring" : "native");
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
+    backend = open_backend(optstr, main_loop);
     g_free(optstr);
+    queues_init(&qs, d, blk, NQ, QSIZE, features);
 
-    for (unsigned i = 0; i < NQ; i++) {
-        tvq[i] = testvq_new(d, QSIZE, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        g_assert_no_error(err);
-        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
-    }
     /* QEMU's example: queues 0, 1 on the first iothread, 2, 3 on the second. */
     sc = (DpSwitchConf){.blk = blk,
                         .main_loop = main_loop,
@@ -286,12 +264,12 @@ static void test_remap_stress(gconstpointer data)
     g_assert_no_error(err);
     g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 2);
     check_groups(sw, map);
-    g_assert_true(dp_switch_start(sw, true, dq, NQ, &err));
+    g_assert_true(dp_switch_start(sw, true, qs.dq, NQ, &err));
     g_assert_no_error(err);
 
     for (unsigned i = 0; i < NQ; i++) {
-        g[i] = (Guest){.d = d, .tvq = tvq[i], .qidx = i, .last_seq = g_new(uint32_t, REGION)};
-        memset(g[i].last_seq, 0xff, REGION * sizeof(uint32_t));
+        g[i] = (Guest){0};
+        devfix_writer_init(&g[i].w, d, qs.tvq[i], i, QSIZE, DEPTH, REGION, TIMEOUT);
         th[i] = g_thread_new("guest", guest_thread, &g[i]);
     }
     for (unsigned r = 0; r < c->remaps; r++) {
@@ -340,19 +318,20 @@ static void test_remap_stress(gconstpointer data)
     g_assert_cmpuint(st.switches, ==, switches);
     /* Quiet: every request a dataplane popped (remaps included) completed. */
     for (unsigned i = 0; i < NQ; i++) {
-        DataPlaneQueueStats qs;
+        DataPlaneQueueStats qstats;
 
-        dp_switch_get_queue_stats(sw, i, &qs);
-        g_assert_cmpuint(qs.inflight, ==, 0);
-        g_assert_cmpuint(qs.requests, ==, qs.completed);
-        g_assert_cmpuint(qs.requests, >, 0);
+        dp_switch_get_queue_stats(sw, i, &qstats);
+        g_assert_cmpuint(qstats.inflight, ==, 0);
+        g_assert_cmpuint(qstats.requests, ==, qstats.completed);
+        g_assert_cmpuint(qstats.requests, >, 0);
         if (c->with_switch) {
-            g_assert_cmpuint(qs.requests, <=, g[i].completed);
+            g_assert_cmpuint(qstats.requests, <=, g[i].w.completed);
         } else {
-            g_assert_cmpuint(qs.requests, ==, g[i].completed); /* the dataplanes saw them all */
+            /* the dataplanes saw them all */
+            g_assert_cmpuint(qstats.requests, ==, g[i].w.completed);
         }
-        popped_total += qs.requests;
-        completed_total += g[i].completed;
+        popped_total += qstats.requests;
+        completed_total += g[i].w.completed;
     }
     g_test_message("%s: %u remaps (stall mean %.1f us, max %.1f us), %u switches, %" PRIu64
                    " requests completed, %" PRIu64 " popped by the dataplanes",
@@ -362,32 +341,13 @@ static void test_remap_stress(gconstpointer data)
 
     /* The file holds the last completed write of every sector. */
     for (unsigned i = 0; i < NQ; i++) {
-        g_assert_cmpuint(g[i].completed, >, 200);
-        for (unsigned s = 0; s < REGION; s++) {
-            uint8_t b[512] __attribute__((aligned(512)));
-            uint32_t seq, qi;
-
-            if (g[i].last_seq[s] == UINT32_MAX) {
-                continue;
-            }
-            g_assert_cmpint(pread(dfd, b, 512, (off_t)((uint64_t)i * REGION + s) * 512), ==, 512);
-            memcpy(&seq, b, 4);
-            memcpy(&qi, b + 4, 4);
-            g_assert_cmpuint(qi, ==, i);
-            g_assert_cmpuint(seq, ==, g[i].last_seq[s]);
-        }
-        g_free(g[i].last_seq);
+        g_assert_cmpuint(g[i].w.completed, >, 200);
+        devfix_writer_check(&g[i].w, dfd);
     }
     blk_unref(backend);
-    for (unsigned t = 0; t < NT; t++) {
-        iothread_free(io[t]);
-    }
+    iothreads_free(io, NT);
     event_loop_free(main_loop);
-    for (unsigned i = 0; i < NQ; i++) {
-        virtio_blk_queue_free(q[i]);
-        virtqueue_free(vq[i]);
-        testvq_free(tvq[i]);
-    }
+    queues_fini(&qs);
     virtio_blk_free(blk);
     testdrv_free(d);
     close(dfd);
@@ -405,28 +365,19 @@ static void test_remap_refused(void)
     VirtIOBlk *blk;
     GError *err = NULL;
     EventLoop *main_loop;
-    IOThread *io0, *io1;
+    IOThread *io[2];
     IOThread *map[NQ], *got[NQ];
     BlockBackend *backend;
-    GHashTable *opts;
     DpSwitch *sw;
 
-    virtio_blk_conf_init(&conf, 2048);
-    conf.num_queues = NQ;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    main_loop = event_loop_new(&err);
-    io0 = iothread_new("mq-a", &err);
-    io1 = iothread_new("mq-b", &err);
-    g_assert_no_error(err);
-    opts = blk_opts_parse("file=null-co://,size=1048576");
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
+    blk = new_blk(&conf, 2048, NQ, 0, NULL);
+    main_loop = new_main_loop();
+    iothreads_new(io, 2, "mq-refused");
+    backend = open_backend("file=null-co://,size=1048576", main_loop);
     sw = dp_switch_new(&(DpSwitchConf){.blk = blk,
                                        .main_loop = main_loop,
                                        .backend = backend,
-                                       .iothread = io0,
+                                       .iothread = io[0],
                                        .ioq = {.engine = "null", .fd = -1},
                                        .num_queues = NQ,
                                        .queue_size = 64},
@@ -434,7 +385,7 @@ static void test_remap_refused(void)
     g_assert_no_error(err);
     g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 1);
     for (unsigned i = 0; i < NQ; i++) {
-        map[i] = io1;
+        map[i] = io[1];
     }
     g_assert_false(dp_switch_remap(sw, map, NQ - 1, &err));
     g_assert_error(err, g_quark_from_static_string("vblk-dp-switch-error"), EINVAL);
@@ -445,39 +396,19 @@ static void test_remap_refused(void)
     g_clear_error(&err);
     dp_switch_get_map(sw, got);
     for (unsigned i = 0; i < NQ; i++) {
-        g_assert_true(got[i] == io0);
+        g_assert_true(got[i] == io[0]);
     }
     /* Not started: the mapping changes for the next start. */
-    map[2] = io0;
+    map[2] = io[0];
     g_assert_true(dp_switch_remap(sw, map, NQ, &err));
     g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 2);
     check_groups(sw, map);
     dp_switch_free(sw);
     blk_unref(backend);
-    iothread_free(io0);
-    iothread_free(io1);
+    iothreads_free(io, 2);
     event_loop_free(main_loop);
     virtio_blk_free(blk);
     testdrv_free(d);
-}
-
-/* One 512-byte write of @fill at @sector on @tvq (buffers at @base), published and kicked. */
-static int submit_write(TestDrv *d, TestVq *tvq, uint64_t base, uint64_t sector, uint8_t fill)
-{
-    struct virtio_blk_outhdr h = {.type = htole32(VIRTIO_BLK_T_OUT), .sector = htole64(sector)};
-    uint8_t data[512], ff = 0xff;
-    TestBuf bufs[3] = {{base, 16, false}, {base + 512, 512, false}, {base + 1024, 1, true}};
-    int hd;
-
-    memset(data, fill, sizeof(data));
-    testdrv_memwrite(d, base, &h, sizeof(h));
-    testdrv_memwrite(d, base + 512, data, sizeof(data));
-    testdrv_memwrite(d, base + 1024, &ff, 1);
-    hd = testvq_add_chain(tvq, bufs, 3);
-    g_assert_cmpint(hd, >=, 0);
-    testvq_publish(tvq, (uint16_t)hd);
-    testvq_kick(tvq);
-    return hd;
 }
 
 /* The next used head of @tvq within @ms, or -1; the main loop runs meanwhile. */
@@ -513,14 +444,10 @@ static void test_remap_held(void)
     VirtIOBlk *blk;
     GError *err = NULL;
     uint64_t features, base[2];
-    TestVq *tvq[2];
-    VirtQueue *vq[2];
-    VirtIOBlkQueue *q[2];
-    DataPlaneQueue dq[2];
+    Queues qs;
     EventLoop *main_loop;
     IOThread *io[3], *map[2], *got[2];
     BlockBackend *backend;
-    GHashTable *opts;
     DpSwitch *sw;
     DpSwitchConf sc;
     g_autofree char *optstr = NULL;
@@ -531,37 +458,14 @@ static void test_remap_held(void)
     g_assert_cmpint(fd, >=, 0);
     g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
     d = testdrv_new(&dopts);
-    virtio_blk_conf_init(&conf, 2048);
-    conf.num_queues = 2;
-    conf.queue_size = QSIZE;
-    blk = virtio_blk_new(&conf, &err);
-    g_assert_no_error(err);
-    features = testdrv_negotiate(virtio_blk_get_host_features(blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(blk, features, &err));
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
-    for (unsigned t = 0; t < 3; t++) {
-        g_autofree char *name = g_strdup_printf("held-io%u", t);
-
-        io[t] = iothread_new(name, &err);
-        g_assert_no_error(err);
-    }
+    blk = new_blk(&conf, 2048, 2, QSIZE, &features);
+    main_loop = new_main_loop();
+    iothreads_new(io, 3, "held-io");
     optstr = g_strdup_printf("file=%s,cache=writeback,werror=stop", path);
-    opts = blk_opts_parse(optstr);
-    backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
+    backend = open_backend(optstr, main_loop);
     blk_set_device_name(backend, "disk-held");
+    queues_init(&qs, d, blk, 2, QSIZE, features);
     for (unsigned i = 0; i < 2; i++) {
-        tvq[i] = testvq_new(d, QSIZE, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), QSIZE, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        g_assert_no_error(err);
-        q[i] = virtio_blk_queue_new(blk, vq[i], NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
         base[i] = testdrv_alloc(d, 2048, 512);
     }
     sc = (DpSwitchConf){.id = "disk-held",
@@ -575,15 +479,15 @@ static void test_remap_held(void)
                         .vq_iothread = {io[0], io[1]}};
     sw = dp_switch_new(&sc, &err);
     g_assert_no_error(err);
-    g_assert_true(dp_switch_start(sw, true, dq, 2, &err));
+    g_assert_true(dp_switch_start(sw, true, qs.dq, 2, &err));
     dp0 = dp_switch_get_dataplane(sw, 0, &got[0], NULL, NULL);
     g_assert_true(got[0] == io[0]);
     g_assert_true(dataplane_inject_error(dp0, &rule, &err));
     g_assert_no_error(err);
 
     /* Queue 0's write fails: held by io0's dataplane. */
-    held = submit_write(d, tvq[0], base[0], 7, 0xab);
-    g_assert_cmpint(next_used(tvq[0], main_loop, 200), ==, -1);
+    held = devfix_submit_write(d, qs.tvq[0], base[0], 7, 0xab);
+    g_assert_cmpint(next_used(qs.tvq[0], main_loop, 200), ==, -1);
     g_assert_cmpuint(dp_switch_held_count(sw), ==, 1);
 
     /* Moving queue 0, or moving queue 1 onto io0: io0 would stop. Refused, nothing moved. */
@@ -606,24 +510,24 @@ static void test_remap_held(void)
     map[1] = io[2];
     g_assert_true(dp_switch_remap(sw, map, 2, &err));
     g_assert_no_error(err);
-    hd = submit_write(d, tvq[1], base[1], 9, 0xcd);
-    g_assert_cmpint(next_used(tvq[1], main_loop, 5000), ==, hd);
+    hd = devfix_submit_write(d, qs.tvq[1], base[1], 9, 0xcd);
+    g_assert_cmpint(next_used(qs.tvq[1], main_loop, 5000), ==, hd);
     g_assert_cmpuint(testdrv_readb(d, base[1] + 1024), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpint(next_used(tvq[0], main_loop, 50), ==, -1); /* still held */
+    g_assert_cmpint(next_used(qs.tvq[0], main_loop, 50), ==, -1); /* still held */
 
     /* 'cont' with the disk fine again: the held write completes, once; then queue 0 moves. */
     dataplane_inject_clear(dp0);
     dp_switch_resume(sw);
-    g_assert_cmpint(next_used(tvq[0], main_loop, 5000), ==, held);
+    g_assert_cmpint(next_used(qs.tvq[0], main_loop, 5000), ==, held);
     g_assert_cmpuint(testdrv_readb(d, base[0] + 1024), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpint(next_used(tvq[0], main_loop, 50), ==, -1);
+    g_assert_cmpint(next_used(qs.tvq[0], main_loop, 50), ==, -1);
     g_assert_cmpuint(dp_switch_held_count(sw), ==, 0);
     map[0] = io[2];
     g_assert_true(dp_switch_remap(sw, map, 2, &err));
     g_assert_no_error(err);
     g_assert_cmpuint(dp_switch_num_dataplanes(sw), ==, 1);
-    hd = submit_write(d, tvq[0], base[0], 7, 0xef);
-    g_assert_cmpint(next_used(tvq[0], main_loop, 5000), ==, hd);
+    hd = devfix_submit_write(d, qs.tvq[0], base[0], 7, 0xef);
+    g_assert_cmpint(next_used(qs.tvq[0], main_loop, 5000), ==, hd);
     {
         uint8_t b[512];
 
@@ -634,15 +538,9 @@ static void test_remap_held(void)
     }
     dp_switch_free(sw);
     blk_unref(backend);
-    for (unsigned t = 0; t < 3; t++) {
-        iothread_free(io[t]);
-    }
+    iothreads_free(io, 3);
     event_loop_free(main_loop);
-    for (unsigned i = 0; i < 2; i++) {
-        virtio_blk_queue_free(q[i]);
-        virtqueue_free(vq[i]);
-        testvq_free(tvq[i]);
-    }
+    queues_fini(&qs);
     virtio_blk_free(blk);
     testdrv_free(d);
     close(fd);
@@ -691,11 +589,7 @@ static void test_device_remap(void)
     GError *err = NULL;
     EventLoop *main_loop;
     IOThread *t0, *t1, *got[NQ];
-    GHashTable *opts;
-    TestVq *tvq[NQ];
-    VirtQueue *vq[NQ];
-    VirtIOBlkQueue *q[NQ];
-    DataPlaneQueue dq[NQ];
+    Queues qs;
     uint64_t features;
     DpSwitchConf sc;
     bool stop = false;
@@ -706,26 +600,16 @@ static void test_device_remap(void)
         "[{\"iothread\":\"mq-t1\",\"vqs\":[3,2,1,0]}]",
     };
 
-    virtio_blk_conf_init(&s->conf, 2048);
-    s->conf.num_queues = NQ;
-    s->conf.queue_size = 64;
-    s->blk = virtio_blk_new(&s->conf, &err);
-    g_assert_no_error(err);
     s->id = g_strdup("vd-mq");
     pthread_mutex_init(&s->debug_lock, NULL);
-    features = testdrv_negotiate(virtio_blk_get_host_features(s->blk), ~0ull);
-    g_assert_true(virtio_blk_set_features(s->blk, features, &err));
-    main_loop = event_loop_new(&err);
-    g_assert_no_error(err);
+    s->blk = new_blk(&s->conf, 2048, NQ, 64, &features);
+    main_loop = new_main_loop();
     /* No machine here: the registry's iothreads stand for the -object ones. */
     qmp_init(NULL); /* the registry registers query-iothreads */
     t0 = iothread_registry_get("mq-t0", NULL, &err);
     t1 = iothread_registry_get("mq-t1", NULL, &err);
     g_assert_no_error(err);
-    opts = blk_opts_parse("file=null-co://,size=1048576");
-    s->backend = blk_new_from_drive_opts(opts, main_loop, &err);
-    g_assert_no_error(err);
-    g_hash_table_unref(opts);
+    s->backend = open_backend("file=null-co://,size=1048576", main_loop);
     sc = (DpSwitchConf){.id = s->id,
                         .blk = s->blk,
                         .main_loop = main_loop,
@@ -734,23 +618,15 @@ static void test_device_remap(void)
                         .ioq = {.engine = "null", .fd = -1},
                         .num_queues = NQ,
                         .queue_size = 64};
+    queues_init(&qs, d, s->blk, NQ, 64, features);
     for (unsigned i = 0; i < NQ; i++) {
-        tvq[i] = testvq_new(d, 64, features);
-        vq[i] = virtqueue_new(testdrv_guestmem(d), 64, testvq_desc_gpa(tvq[i]),
-                              testvq_avail_gpa(tvq[i]), testvq_used_gpa(tvq[i]), features, &err);
-        g_assert_no_error(err);
-        q[i] = virtio_blk_queue_new(s->blk, vq[i], NULL, NULL, &err);
-        g_assert_no_error(err);
-        dq[i] = (DataPlaneQueue){.q = q[i],
-                                 .host_notifier = testvq_kick_fd(tvq[i]),
-                                 .notifier = {.fd = testvq_call_fd(tvq[i])}};
         s->vq_iothread[i] = t0;
         s->vq_iothread_id[i] = g_strdup("mq-t0");
     }
     s->iothread = t0;
     s->sw = dp_switch_new(&sc, &err);
     g_assert_no_error(err);
-    g_assert_true(dp_switch_start(s->sw, true, dq, NQ, &err));
+    g_assert_true(dp_switch_start(s->sw, true, qs.dq, NQ, &err));
     s->nq = NQ;
     s->debug_sw = s->sw;
     s->debug_nq = NQ;
@@ -792,10 +668,8 @@ static void test_device_remap(void)
     debug_state_unregister(blk_pci_debug_state, s);
     dp_switch_free(s->sw);
     blk_unref(s->backend);
+    queues_fini(&qs);
     for (unsigned i = 0; i < NQ; i++) {
-        virtio_blk_queue_free(q[i]);
-        virtqueue_free(vq[i]);
-        testvq_free(tvq[i]);
         g_free(s->vq_iothread_id[i]);
     }
     iothread_registry_clear();
@@ -810,16 +684,21 @@ static void test_device_remap(void)
 
 int main(int argc, char **argv)
 {
-    static const Case uring = {"io_uring", false, 1000};
-    static const Case native = {"native", false, 1000};
-    static const Case uring_sw = {"io_uring", true, 300};
+    static const struct {
+        const char *path;
+        Case c;
+    } stress[] = {
+        {"/mq/remap/io_uring", {"io_uring", false, 1000}},
+        {"/mq/remap/native", {"native", false, 1000}},
+        {"/mq/remap/io_uring-with-path-switch", {"io_uring", true, 300}},
+    };
 
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mq/remap/refused", test_remap_refused);
     g_test_add_func("/mq/remap/held", test_remap_held);
     g_test_add_func("/mq/remap/device-model", test_device_remap);
-    g_test_add_data_func("/mq/remap/io_uring", &uring, test_remap_stress);
-    g_test_add_data_func("/mq/remap/native", &native, test_remap_stress);
-    g_test_add_data_func("/mq/remap/io_uring-with-path-switch", &uring_sw, test_remap_stress);
+    for (unsigned i = 0; i < G_N_ELEMENTS(stress); i++) {
+        g_test_add_data_func(stress[i].path, &stress[i].c, test_remap_stress);
+    }
     return g_test_run();
 }

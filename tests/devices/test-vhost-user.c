@@ -31,6 +31,7 @@
 #include <json-glib/json-glib.h>
 
 #include "vufront.h"
+#include "vuexport.h"
 
 #define DISK_SIZE           (16u << 20)
 #define NQ                  FE_NQ
@@ -64,8 +65,7 @@ static Daemon *daemon_start(bool qsd)
 {
     Daemon *dm = g_new0(Daemon, 1);
     g_autofree char *bd = NULL, *ex = NULL;
-    int logfd, imgfd;
-    GError *err = NULL;
+    int imgfd;
 
     dm->qsd = qsd;
     dm->dir = g_build_filename(tmpdir, qsd ? "qsd" : "vblk", NULL);
@@ -97,14 +97,7 @@ static Daemon *daemon_start(bool qsd)
         if (qsd || !with_qmp) {
             argv[7] = NULL;
         }
-
-        logfd = open(dm->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        g_assert_cmpint(logfd, >=, 0);
-        g_assert_true(g_spawn_async_with_fds(NULL, (char **)argv, NULL,
-                                             G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
-                                             NULL, NULL, &dm->pid, -1, -1, logfd, &err));
-        g_assert_no_error(err);
-        close(logfd);
+        dm->pid = vu_spawn_logged(argv, dm->log);
     }
     /* The pidfile is written once the export listens. */
     for (int i = 0; i < 1000 && !g_file_test(dm->pidfile, G_FILE_TEST_EXISTS); i++) {
