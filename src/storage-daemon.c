@@ -453,6 +453,44 @@ static JsonNode *cmd_query_blockstats(QmpRequest *req, JsonObject *args, GError 
     return build(b);
 }
 
+/*
+ * block_resize of a node (qemu-storage-daemon takes node-name; "device" is
+ * looked up as a node name too). The export of that node, if any, follows:
+ * its capacity changes and its front end gets VHOST_USER_BACKEND_CONFIG_CHANGE_MSG
+ * (docs/vhost-user.md).
+ */
+static JsonNode *cmd_block_resize(QmpRequest *req, JsonObject *args, GError **errp)
+{
+    const char *dev = json_object_has_member(args, "device")
+                          ? json_object_get_string_member(args, "device")
+                          : NULL;
+    const char *node = json_object_has_member(args, "node-name")
+                           ? json_object_get_string_member(args, "node-name")
+                           : NULL;
+    int64_t size = json_object_get_int_member(args, "size");
+    Node *n = find_node(dev ? dev : node ? node : "");
+
+    if (!n) {
+        g_set_error(errp, SD_ERROR, ENOENT, "Cannot find device='%s' nor node-name='%s'",
+                    dev ? dev : "", node ? node : "");
+        return NULL;
+    }
+    if (size < 0 || size % 512) {
+        g_set_error(errp, SD_ERROR, EINVAL,
+                    "Parameter 'size' expects a non-negative multiple of 512");
+        return NULL;
+    }
+    if (!blk_truncate(n->blk, (uint64_t)size, errp)) {
+        return NULL;
+    }
+    for (guint i = 0; i < sd.exports->len; i++) {
+        if (vhost_user_blk_export_backend(sd.exports->pdata[i]) == n->blk) {
+            vhost_user_blk_export_resized(sd.exports->pdata[i]);
+        }
+    }
+    return NULL;
+}
+
 static JsonNode *cmd_block_export_add(QmpRequest *req, JsonObject *args, GError **errp)
 {
     ExportArgs a = {.writable = -1, .data_plane = -1};
@@ -533,6 +571,12 @@ static void qmp_register_export_commands(void)
         QMP_ARGS_END,
     };
 
+    static const QmpArgSpec resize_args[] = {
+        {"device", QMP_ARG_STR, true},
+        {"node-name", QMP_ARG_STR, true},
+        {"size", QMP_ARG_INT, false},
+        QMP_ARGS_END,
+    };
     static const QmpArgSpec blockstats_args[] = {
         {"query-nodes", QMP_ARG_BOOL, true},
         QMP_ARGS_END,
@@ -542,6 +586,7 @@ static void qmp_register_export_commands(void)
     qmp_register_command("query-blockstats", cmd_query_blockstats, blockstats_args, 0, NULL);
     qmp_register_command("block-export-add", cmd_block_export_add, add_args, 0, NULL);
     qmp_register_command("block-export-del", cmd_block_export_del, del_args, 0, NULL);
+    qmp_register_command("block_resize", cmd_block_resize, resize_args, 0, NULL);
 }
 
 static void sd_quit(void *opaque)

@@ -59,6 +59,13 @@ bool vhost_user_blk_export_connected(const VhostUserBlkExport *e);
 /* Context: main loop */
 void vhost_user_blk_export_stats(const VhostUserBlkExport *e, unsigned *running,
                                  uint64_t *connections, uint64_t *bad);
+/*
+ * The node's size changed (block_resize): the capacity follows it and the
+ * front end is told with VHOST_USER_BACKEND_CONFIG_CHANGE_MSG when it set up
+ * the back-end channel. Returns true if that message was sent (or is queued
+ * behind an awaited answer). Context: main loop
+ */
+bool vhost_user_blk_export_resized(VhostUserBlkExport *e);
 /* Move the export to the dataplane or the block layer (now if rings run). Context: main loop */
 bool vhost_user_blk_export_set_dataplane(VhostUserBlkExport *e, bool on, GError **errp);
 /* Context: main loop */

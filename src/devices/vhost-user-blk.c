@@ -52,6 +52,7 @@ struct VhostUserBlkExport {
     int listen_fd;
     bool listening;
     VhostUser *vu;
+    EventTimer *backend_timer; /* the back-end channel's reply deadline */
 
     DpSwitch *sw;
     unsigned nq;
@@ -271,6 +272,39 @@ static void vub_reset(void *opaque)
     virtio_blk_reset(e->blk);
 }
 
+static void vub_backend_read(void *opaque);
+
+static void vub_backend_watch(void *opaque, int fd, bool on)
+{
+    static const EventFdOps backend_ops = {.read = vub_backend_read};
+    VhostUserBlkExport *e = opaque;
+    GError *err = NULL;
+
+    if (!event_loop_set_fd_handler(e->main_loop, fd, on ? &backend_ops : NULL, e, &err)) {
+        /* Unwatched, the channel still sends; answers are then not read (the timeout ends it). */
+        error_report_id(e->id, "vhost-user back-end channel: %s", err->message);
+        g_error_free(err);
+    }
+}
+
+static void vub_backend_timer(void *opaque, int timeout_ms)
+{
+    VhostUserBlkExport *e = opaque;
+
+    if (timeout_ms) {
+        event_timer_mod(e->backend_timer, event_clock_ns() + (int64_t)timeout_ms * 1000000);
+    } else {
+        event_timer_del(e->backend_timer);
+    }
+}
+
+static void vub_backend_timeout(void *opaque)
+{
+    VhostUserBlkExport *e = opaque;
+
+    vhost_user_backend_timeout(e->vu);
+}
+
 static const VhostUserDevOps vub_ops = {
     .features = vub_features,
     .set_features = vub_set_features,
@@ -280,20 +314,37 @@ static const VhostUserDevOps vub_ops = {
     .start = vub_start,
     .stop = vub_stop,
     .reset = vub_reset,
+    .backend_watch = vub_backend_watch,
+    .backend_timer = vub_backend_timer,
 };
 
 /* ---- socket ---- */
 
 static void vub_listen_watch(VhostUserBlkExport *e, bool on);
 
+/* End the connection after a bad message and listen for the next one. */
+static void vub_drop(VhostUserBlkExport *e)
+{
+    event_loop_set_fd_handler(e->main_loop, vhost_user_conn_fd(e->vu), NULL, NULL, NULL);
+    vhost_user_detach(e->vu);
+    vub_listen_watch(e, true);
+}
+
 static void vub_conn_read(void *opaque)
 {
     VhostUserBlkExport *e = opaque;
 
     if (!vhost_user_conn_read(e->vu)) {
-        event_loop_set_fd_handler(e->main_loop, vhost_user_conn_fd(e->vu), NULL, NULL, NULL);
-        vhost_user_detach(e->vu);
-        vub_listen_watch(e, true);
+        vub_drop(e);
+    }
+}
+
+static void vub_backend_read(void *opaque)
+{
+    VhostUserBlkExport *e = opaque;
+
+    if (!vhost_user_backend_read(e->vu)) {
+        vub_drop(e);
     }
 }
 
@@ -487,6 +538,7 @@ VhostUserBlkExport *vhost_user_blk_export_new(const VhostUserBlkExportConf *conf
         }
         e->own_iothread = true;
     }
+    e->backend_timer = event_timer_new(e->main_loop, vub_backend_timeout, e);
     e->vu = vhost_user_new(e->id, nq, &vub_ops, e);
     if (conf->listen_fd >= 0) {
         e->listen_fd = conf->listen_fd;
@@ -522,6 +574,9 @@ void vhost_user_blk_export_free(VhostUserBlkExport *e)
             event_loop_set_fd_handler(e->main_loop, vhost_user_conn_fd(e->vu), NULL, NULL, NULL);
         }
         vhost_user_free(e->vu);
+    }
+    if (e->backend_timer) {
+        event_timer_free(e->backend_timer);
     }
     vub_listen_watch(e, false);
     if (e->listen_fd >= 0) {
@@ -580,6 +635,21 @@ void vhost_user_blk_export_stats(const VhostUserBlkExport *e, unsigned *running,
     *running = st.running;
     *connections = st.connections;
     *bad = st.bad;
+}
+
+/* Context: main loop */
+bool vhost_user_blk_export_resized(VhostUserBlkExport *e)
+{
+    int64_t len;
+
+    THREAD_ASSERT_MAIN();
+    len = blk_getlength(e->backend);
+    if (len < 0) {
+        error_report_id(e->id, "cannot get the new size: %s", g_strerror((int)-len));
+        return false;
+    }
+    virtio_blk_set_capacity(e->blk, (uint64_t)len / VIRTIO_BLK_SECTOR_SIZE);
+    return vhost_user_config_changed(e->vu);
 }
 
 /* Context: main loop */

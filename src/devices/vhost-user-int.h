@@ -55,6 +55,7 @@ enum {
     VHOST_USER_SET_PROTOCOL_FEATURES = 16,
     VHOST_USER_GET_QUEUE_NUM = 17,
     VHOST_USER_SET_VRING_ENABLE = 18,
+    VHOST_USER_SET_BACKEND_REQ_FD = 21, /* SET_SLAVE_REQ_FD in QEMU 7.2 */
     VHOST_USER_GET_CONFIG = 24,
     VHOST_USER_SET_CONFIG = 25,
     VHOST_USER_GET_INFLIGHT_FD = 31,
@@ -64,6 +65,18 @@ enum {
     VHOST_USER_REM_MEM_REG = 38,
     VHOST_USER_REQ_MAX = 41,
 };
+
+/* Back-end requests (back end to front end, on the SET_BACKEND_REQ_FD channel). */
+enum {
+    VHOST_USER_BACKEND_CONFIG_CHANGE_MSG = 2,
+};
+
+/*
+ * How long a CONFIG_CHANGE_MSG sent with NEED_REPLY waits for the front
+ * end's answer before the back-end channel is closed (the main loop runs on
+ * meanwhile: QEMU answers only after its GET_CONFIG round trip).
+ */
+#define VHOST_USER_BACKEND_REPLY_TIMEOUT_MS 2000
 
 /* Header flags. */
 #define VHOST_USER_VERSION         1u
@@ -77,6 +90,7 @@ enum {
 /* Protocol features. */
 #define VHOST_USER_PROTOCOL_F_MQ                  0
 #define VHOST_USER_PROTOCOL_F_REPLY_ACK           3
+#define VHOST_USER_PROTOCOL_F_BACKEND_REQ         5 /* SLAVE_REQ in QEMU 7.2 */
 #define VHOST_USER_PROTOCOL_F_CONFIG              9
 #define VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD      12
 #define VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS 15
@@ -219,6 +233,14 @@ typedef struct VhostUserDevOps {
     void (*stop)(void *opaque, uint16_t *last_avail, unsigned n);
     /* The connection ended: forget negotiated state (device reset). */
     void (*reset)(void *opaque);
+    /*
+     * Optional: the back-end channel (SET_BACKEND_REQ_FD). With @on, call
+     * vhost_user_backend_read() whenever @fd is readable; without, stop
+     * (called before @fd is closed). NULL: replies are never read.
+     */
+    void (*backend_watch)(void *opaque, int fd, bool on);
+    /* Optional: call vhost_user_backend_timeout() in @timeout_ms (re-arms); 0 cancels. */
+    void (*backend_timer)(void *opaque, int timeout_ms);
 } VhostUserDevOps;
 
 typedef struct VhostUser VhostUser;
@@ -241,6 +263,26 @@ int vhost_user_conn_fd(const VhostUser *vu);
 bool vhost_user_conn_read(VhostUser *vu);
 /* End the connection: stop the device, unmap memory, close every fd, reset. */
 void vhost_user_detach(VhostUser *vu);
+
+/*
+ * The device's config space changed (block_resize): send
+ * VHOST_USER_BACKEND_CONFIG_CHANGE_MSG on the back-end channel if the front
+ * end negotiated BACKEND_REQ and CONFIG and gave the channel; with
+ * REPLY_ACK, with NEED_REPLY, and the answer is awaited without blocking
+ * (vhost_user_backend_read/timeout). A change while an answer is awaited is
+ * sent once that answer is in. Never blocks: a channel the front end does
+ * not read, closed or broken is closed with one line, the connection stays.
+ * Returns true if a message was sent (or will be, after the awaited answer).
+ */
+bool vhost_user_config_changed(VhostUser *vu);
+/*
+ * The back-end channel is readable: take the awaited answer. Returns false
+ * when the connection must end (anything but the one awaited reply arrived,
+ * which is reported); the caller then calls vhost_user_detach().
+ */
+bool vhost_user_backend_read(VhostUser *vu);
+/* No answer in time: reported, and the back-end channel is closed. */
+void vhost_user_backend_timeout(VhostUser *vu);
 
 /* Counters (tests, query-block-exports). */
 typedef struct VhostUserStats {

@@ -8,10 +8,16 @@
  * read asks for at most the rest of the current message, so fds of the next
  * message are never mixed into this one.
  *
+ * The back-end channel (SET_BACKEND_REQ_FD) carries CONFIG_CHANGE_MSG after
+ * a resize. Sending never blocks, and with REPLY_ACK the answer is taken
+ * from the main loop (vhost_user_backend_read), never waited for in place:
+ * QEMU answers only after its own GET_CONFIG round trip on the main socket.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +82,12 @@ struct VhostUser {
     unsigned inflight_nq, inflight_qsize;
     unsigned running; /* rings the device serves (0: stopped) */
     bool restart;     /* something the running device uses changed */
+    /* back-end channel (SET_BACKEND_REQ_FD) */
+    int backend_fd;     /* -1: none */
+    bool backend_wait;  /* a CONFIG_CHANGE_MSG awaits its answer */
+    bool backend_again; /* the config changed again meanwhile: send once more */
+    uint8_t backend_buf[sizeof(VhostUserHdr) + sizeof(uint64_t)];
+    size_t backend_have;
 
     VhostUserStats stats;
 };
@@ -101,7 +113,7 @@ static const char *const vu_names[VHOST_USER_REQ_MAX] = {
     [VHOST_USER_SET_VRING_ENABLE] = "SET_VRING_ENABLE",
     [19] = "SEND_RARP",
     [20] = "NET_SET_MTU",
-    [21] = "SET_BACKEND_REQ_FD",
+    [VHOST_USER_SET_BACKEND_REQ_FD] = "SET_BACKEND_REQ_FD",
     [22] = "IOTLB_MSG",
     [23] = "SET_VRING_ENDIAN",
     [VHOST_USER_GET_CONFIG] = "GET_CONFIG",
@@ -132,7 +144,8 @@ const char *vhost_user_request_name(uint32_t req)
 static uint64_t vu_protocol_features_offered(void)
 {
     return (1ull << VHOST_USER_PROTOCOL_F_MQ) | (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
-           (1ull << VHOST_USER_PROTOCOL_F_CONFIG) | (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
+           (1ull << VHOST_USER_PROTOCOL_F_BACKEND_REQ) | (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
+           (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
            (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS);
 }
 
@@ -153,6 +166,7 @@ VhostUser *vhost_user_new(const char *id, unsigned num_queues, const VhostUserDe
     vu->ops = ops;
     vu->opaque = opaque;
     vu->fd = -1;
+    vu->backend_fd = -1;
     for (unsigned i = 0; i < VHOST_USER_MAX_QUEUES; i++) {
         vu->rings[i].kick_fd = vu->rings[i].call_fd = -1;
     }
@@ -205,6 +219,186 @@ static void vu_drop_msg_fds(VhostUser *vu)
         vu_close_fd(&vu->fds[i]);
     }
     vu->nfds = 0;
+}
+
+/* ---- back-end channel ---- */
+
+static void vu_backend_set_timer(VhostUser *vu, int timeout_ms)
+{
+    if (vu->ops->backend_timer) {
+        vu->ops->backend_timer(vu->opaque, timeout_ms);
+    }
+}
+
+/* Stop watching, close, forget an awaited answer. */
+static void vu_backend_close(VhostUser *vu)
+{
+    if (vu->backend_fd >= 0 && vu->ops->backend_watch) {
+        vu->ops->backend_watch(vu->opaque, vu->backend_fd, false);
+    }
+    vu_close_fd(&vu->backend_fd);
+    if (vu->backend_wait) {
+        vu_backend_set_timer(vu, 0);
+    }
+    vu->backend_wait = false;
+    vu->backend_again = false;
+    vu->backend_have = 0;
+}
+
+/* A channel fault that is not a protocol violation: one line, the channel is closed. */
+static void G_GNUC_PRINTF(2, 3) vu_backend_fail(VhostUser *vu, const char *fmt, ...)
+{
+    g_autofree char *msg = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    error_report_id(vu->id, "vhost-user back-end channel: %s; closing the channel", msg);
+    vu_backend_close(vu);
+}
+
+/* Send one CONFIG_CHANGE_MSG without blocking. */
+static bool vu_backend_send_config_change(VhostUser *vu)
+{
+    bool ack = vu_has_proto(vu, VHOST_USER_PROTOCOL_F_REPLY_ACK);
+    VhostUserHdr h = {.request = VHOST_USER_BACKEND_CONFIG_CHANGE_MSG,
+                      .flags = VHOST_USER_VERSION | (ack ? VHOST_USER_FLAG_NEED_REPLY : 0),
+                      .size = 0};
+    ssize_t n;
+
+    do {
+        n = send(vu->backend_fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(h)) {
+        /* A short write leaves half a message on the channel: it cannot be used again. */
+        vu_backend_fail(vu, "cannot send VHOST_USER_BACKEND_CONFIG_CHANGE_MSG: %s",
+                        n < 0 ? g_strerror(errno) : "short write");
+        return false;
+    }
+    if (ack) {
+        vu->backend_wait = true;
+        vu->backend_have = 0;
+        vu_backend_set_timer(vu, VHOST_USER_BACKEND_REPLY_TIMEOUT_MS);
+    }
+    return true;
+}
+
+/* Context: control thread */
+bool vhost_user_config_changed(VhostUser *vu)
+{
+    if (vu->fd < 0 || vu->backend_fd < 0 || !vu_has_proto(vu, VHOST_USER_PROTOCOL_F_BACKEND_REQ) ||
+        !vu_has_proto(vu, VHOST_USER_PROTOCOL_F_CONFIG)) {
+        return false;
+    }
+    if (vu->backend_wait) {
+        vu->backend_again = true; /* the front end reads the whole config space anyway */
+        return true;
+    }
+    return vu_backend_send_config_change(vu);
+}
+
+/* Context: control thread */
+bool vhost_user_backend_read(VhostUser *vu)
+{
+    union {
+        char buf[CMSG_SPACE(VHOST_USER_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov;
+    struct msghdr mh;
+    const char *bad = NULL;
+    unsigned nfds = 0;
+    VhostUserHdr h;
+    uint64_t v;
+    ssize_t n;
+
+    if (vu->backend_fd < 0) {
+        return true;
+    }
+    /* At most the rest of the awaited reply (1 byte when none is: anything is too much). */
+    iov.iov_base = vu->backend_buf + vu->backend_have;
+    iov.iov_len = vu->backend_wait ? sizeof(vu->backend_buf) - vu->backend_have : 1;
+    mh = (struct msghdr){.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    do {
+        n = recvmsg(vu->backend_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return true;
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n >= 0 && c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                int fd;
+
+                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+                close(fd);
+                nfds++;
+            }
+        }
+    }
+    if (n < 0) {
+        vu_backend_fail(vu, "recvmsg: %s", g_strerror(errno));
+        return true;
+    }
+    if (n == 0) {
+        if (vu->backend_wait) {
+            vu_backend_fail(vu, "the front end closed it before answering "
+                                "VHOST_USER_BACKEND_CONFIG_CHANGE_MSG");
+        } else {
+            vu_backend_fail(vu, "the front end closed it");
+        }
+        return true;
+    }
+    if (nfds || (mh.msg_flags & MSG_CTRUNC)) {
+        bad = "fds attached to the answer";
+    } else if (!vu->backend_wait) {
+        bad = "data while no answer is awaited";
+    }
+    vu->backend_have += (size_t)n;
+    if (!bad && vu->backend_have >= sizeof(h)) {
+        memcpy(&h, vu->backend_buf, sizeof(h));
+        if (h.request != VHOST_USER_BACKEND_CONFIG_CHANGE_MSG ||
+            h.flags != (VHOST_USER_VERSION | VHOST_USER_FLAG_REPLY) || h.size != sizeof(v)) {
+            bad = "not the answer to VHOST_USER_BACKEND_CONFIG_CHANGE_MSG (request 2, flags "
+                  "0x5, 8 bytes)";
+        }
+    }
+    if (bad) {
+        error_report_id(vu->id, "vhost-user back-end channel: %s; dropping the connection", bad);
+        vu->stats.bad++;
+        return false;
+    }
+    if (vu->backend_have < sizeof(vu->backend_buf)) {
+        return true; /* the rest later */
+    }
+    memcpy(&v, vu->backend_buf + sizeof(h), sizeof(v));
+    vu->backend_wait = false;
+    vu->backend_have = 0;
+    vu_backend_set_timer(vu, 0);
+    if (v) {
+        error_report_id(vu->id,
+                        "vhost-user back-end channel: the front end answered "
+                        "VHOST_USER_BACKEND_CONFIG_CHANGE_MSG with %" PRIu64 " (failure)",
+                        v);
+    }
+    if (vu->backend_again) {
+        vu->backend_again = false;
+        vu_backend_send_config_change(vu);
+    }
+    return true;
+}
+
+/* Context: control thread */
+void vhost_user_backend_timeout(VhostUser *vu)
+{
+    if (vu->backend_wait) {
+        vu_backend_fail(vu, "no answer to VHOST_USER_BACKEND_CONFIG_CHANGE_MSG within %d ms",
+                        VHOST_USER_BACKEND_REPLY_TIMEOUT_MS);
+    }
 }
 
 /* ---- device start/stop ---- */
@@ -875,6 +1069,29 @@ static bool vu_set_inflight_fd(VhostUser *vu, const VuMsg *m, GError **errp)
     return true; /* the fd is closed with the message: the mapping keeps the memory */
 }
 
+/* The channel for back-end requests: a socket, replacing (closing) an earlier one. */
+static bool vu_set_backend_req_fd(VhostUser *vu, const VuMsg *m, GError **errp)
+{
+    struct stat st;
+
+    if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_BACKEND_REQ),
+                 "BACKEND_REQ was not negotiated", errp) ||
+        !vu_payload_size(m, 0, errp) || !vu_fd_count(vu, 1, errp)) {
+        return false;
+    }
+    if (fstat(vu->fds[0], &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        g_set_error(errp, VU_ERROR, EINVAL, "the fd is not a socket");
+        return false;
+    }
+    vu_backend_close(vu);
+    vu->backend_fd = vu->fds[0];
+    vu->nfds = 0; /* taken */
+    if (vu->ops->backend_watch) {
+        vu->ops->backend_watch(vu->opaque, vu->backend_fd, true);
+    }
+    return true;
+}
+
 static void vu_rings_reset(VhostUser *vu)
 {
     for (unsigned i = 0; i < VHOST_USER_MAX_QUEUES; i++) {
@@ -898,6 +1115,7 @@ static bool vu_needs_owner(uint32_t req)
     case VHOST_USER_GET_MAX_MEM_SLOTS:
     case VHOST_USER_GET_CONFIG:
     case VHOST_USER_SET_CONFIG:
+    case VHOST_USER_SET_BACKEND_REQ_FD: /* QEMU 7.2 sends it before SET_OWNER */
         return false;
     default:
         return true;
@@ -924,6 +1142,7 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
     case VHOST_USER_SET_VRING_CALL:
     case VHOST_USER_SET_VRING_ERR:
     case VHOST_USER_SET_INFLIGHT_FD:
+    case VHOST_USER_SET_BACKEND_REQ_FD:
         break;
     default:
         if (!vu_fd_count(vu, 0, errp)) {
@@ -1129,6 +1348,8 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
         return vu_get_inflight_fd(vu, m, errp);
     case VHOST_USER_SET_INFLIGHT_FD:
         return vu_set_inflight_fd(vu, m, errp);
+    case VHOST_USER_SET_BACKEND_REQ_FD:
+        return vu_set_backend_req_fd(vu, m, errp);
     default:
         g_set_error(errp, VU_ERROR, ENOTSUP, "not supported");
         return false;
@@ -1311,6 +1532,7 @@ void vhost_user_detach(VhostUser *vu)
     vu_rings_reset(vu);
     vu_mem_clear(vu);
     vu_inflight_unmap(vu);
+    vu_backend_close(vu);
     vu_drop_msg_fds(vu);
     vu_close_fd(&vu->fd);
     vu->have = 0;

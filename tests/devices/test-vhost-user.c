@@ -35,6 +35,8 @@
 
 #define DISK_SIZE           (16u << 20)
 #define NQ                  FE_NQ
+/* vhost-user-int.h's VHOST_USER_BACKEND_REPLY_TIMEOUT_MS */
+#define BACKEND_REPLY_TIMEOUT_MS 2000
 /* QEMU 7.2's virtio-blk config space: up to and including unused1 (60 bytes). */
 #define CFG_SIZE (offsetof(struct virtio_blk_config, unused1) + 3)
 
@@ -704,6 +706,7 @@ static void test_ch_order(void)
     struct virtio_blk_config cfg;
     uint8_t w[4096], r[4096];
 
+    fe->backend = -1;
     fe->s = fe_connect(dm->sock);
     fe->d = testdrv_new(&o);
     fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0); /* REPLY_ACK is not agreed yet */
@@ -1067,6 +1070,57 @@ static void h_truncated(Fe *fe)
     shutdown(fe->s, SHUT_WR);
 }
 
+/* SET_BACKEND_REQ_FD: one end of a new socketpair (the other is closed: nothing reads it). */
+static void h_backend_req(Fe *fe, bool negotiate, unsigned nfds, uint32_t size)
+{
+    int sv[2], sv2[2];
+    int fds[2];
+    uint64_t pad = 0;
+
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), ==, 0);
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv2), ==, 0);
+    fds[0] = sv[1];
+    fds[1] = sv2[1];
+    if (negotiate) {
+        fe->proto |= P_BACKEND_REQ;
+        fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    }
+    fe_send(fe, SET_BACKEND_REQ_FD, NEED_REPLY, &pad, size, fds, nfds);
+    close(sv[0]);
+    close(sv[1]);
+    close(sv2[0]);
+    close(sv2[1]);
+}
+
+static void h_backend_req_unnegotiated(Fe *fe)
+{
+    h_backend_req(fe, false, 1, 0);
+}
+
+static void h_backend_req_no_fd(Fe *fe)
+{
+    h_backend_req(fe, true, 0, 0);
+}
+
+static void h_backend_req_two_fds(Fe *fe)
+{
+    h_backend_req(fe, true, 2, 0);
+}
+
+static void h_backend_req_payload(Fe *fe)
+{
+    h_backend_req(fe, true, 1, 8);
+}
+
+static void h_backend_req_not_socket(Fe *fe)
+{
+    int fd = testvq_call_fd(fe->vq[0]);
+
+    fe->proto |= P_BACKEND_REQ;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    fe_send(fe, SET_BACKEND_REQ_FD, 0, NULL, 0, &fd, 1);
+}
+
 static void h_inflight_unnegotiated(Fe *fe)
 {
     FeInflight in = {.num_queues = 1, .queue_size = 128};
@@ -1293,6 +1347,15 @@ static const Hostile hostile[] = {
     {"inflight-uncovered", h_inflight_uncovered,
      " VHOST_USER_SET_VRING_ENABLE: ring 0 (size 128) is not covered by the inflight region (1 "
      "queues of 64)"},
+    {"backend-req-unnegotiated", h_backend_req_unnegotiated,
+     " VHOST_USER_SET_BACKEND_REQ_FD: BACKEND_REQ was not negotiated"},
+    {"backend-req-no-fd", h_backend_req_no_fd, " VHOST_USER_SET_BACKEND_REQ_FD: 0 fds, expected 1"},
+    {"backend-req-two-fds", h_backend_req_two_fds,
+     " VHOST_USER_SET_BACKEND_REQ_FD: 2 fds, expected 1"},
+    {"backend-req-payload", h_backend_req_payload,
+     " VHOST_USER_SET_BACKEND_REQ_FD: payload of 8 bytes, expected 0"},
+    {"backend-req-not-socket", h_backend_req_not_socket,
+     " VHOST_USER_SET_BACKEND_REQ_FD: the fd is not a socket"},
 };
 
 /* Each hostile message drops its connection with the right line; the daemon serves the next. */
@@ -1538,6 +1601,315 @@ static void test_qmp(void)
     daemon_stop(dm);
 }
 
+/* ---- back-end channel (BACKEND_REQ): block_resize -> CONFIG_CHANGE_MSG ---- */
+
+/* A daemon with QMP (qmp_fd connected, capabilities negotiated). */
+static Daemon *daemon_start_qmp(void)
+{
+    Daemon *dm;
+    g_autofree char *path = NULL, *greet = NULL, *r = NULL;
+
+    with_qmp = true;
+    dm = daemon_start(false);
+    with_qmp = false;
+    path = g_build_filename(dm->dir, "qmp.sock", NULL);
+    qmp_fd = fe_connect(path);
+    greet = qmp_line();
+    g_assert_nonnull(strstr(greet, "\"QMP\""));
+    r = qmp_cmd("{\"execute\": \"qmp_capabilities\"}\n", NULL);
+    g_assert_nonnull(strstr(r, "\"return\""));
+    return dm;
+}
+
+static void qmp_resize(uint64_t bytes)
+{
+    g_autofree char *cmd =
+        g_strdup_printf("{\"execute\": \"block_resize\", \"arguments\": {\"node-name\": \"disk\", "
+                        "\"size\": %" PRIu64 "}}\n",
+                        bytes);
+    g_autofree char *r = qmp_cmd(cmd, NULL);
+
+    if (!strstr(r, "\"return\"")) {
+        g_printerr("block_resize: %s\n", r);
+        g_assert_not_reached();
+    }
+}
+
+static uint64_t fe_capacity(Fe *fe)
+{
+    uint8_t p[12 + CFG_SIZE] = {0};
+    uint32_t c[3] = {0, CFG_SIZE, 0};
+    struct virtio_blk_config cfg;
+
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    memset(&cfg, 0, sizeof(cfg));
+    memcpy(&cfg, p + 12, CFG_SIZE);
+    return le64toh(cfg.capacity);
+}
+
+/* Nothing readable on @fd for @ms. */
+static bool fd_quiet(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+
+    return poll(&p, 1, ms) == 0;
+}
+
+/* The peer closed @fd (EOF) within 5 s. */
+static bool fd_eof(int fd)
+{
+    char c;
+
+    return !fd_quiet(fd, 5000) && read(fd, &c, 1) == 0;
+}
+
+static unsigned count_lines(const char *log, const char *what)
+{
+    g_auto(GStrv) lines = g_strsplit(log, "\n", -1);
+    unsigned n = 0;
+
+    for (unsigned i = 0; lines[i]; i++) {
+        n += strstr(lines[i], what) != NULL;
+    }
+    return n;
+}
+
+static void fe_write_read(Fe *fe, uint64_t sector, uint8_t v)
+{
+    uint8_t w[4096], r[4096];
+
+    memset(w, v, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, sector, w, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, sector, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+}
+
+/*
+ * QEMU 7.2's sequence: SET_BACKEND_REQ_FD before SET_OWNER; block_resize on
+ * the daemon's QMP -> CONFIG_CHANGE_MSG with NEED_REPLY; the front end reads
+ * the config (GET_CONFIG) before it answers, as QEMU does, and sees the new
+ * capacity; I/O past the old end works. Two resizes while an answer is
+ * awaited give exactly one more message. A second SET_BACKEND_REQ_FD
+ * replaces (closes) the first channel.
+ */
+static void test_backend_req_config_change(void)
+{
+    Daemon *dm = daemon_start_qmp();
+    uint32_t h[3];
+    Fe *fe;
+    int old;
+
+    fe_want_backend_req = true;
+    fe = fe_open(dm->sock, 1);
+    fe_want_backend_req = false;
+    fe_start(fe, 1);
+    g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
+    /* Replace the channel: the old one is closed by the daemon. */
+    old = fe->backend;
+    fe->backend = -1;
+    {
+        int sv[2];
+
+        g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), ==, 0);
+        fe_send(fe, SET_BACKEND_REQ_FD, NEED_REPLY, NULL, 0, &sv[1], 1);
+        close(sv[1]);
+        fe_ack(fe, SET_BACKEND_REQ_FD);
+        fe->backend = sv[0];
+    }
+    g_assert_true(fd_eof(old));
+    close(old);
+
+    qmp_resize(2 * DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmpuint(h[0], ==, BACKEND_CONFIG_CHANGE_MSG);
+    g_assert_cmphex(h[1], ==, 1 | NEED_REPLY);
+    g_assert_cmpuint(h[2], ==, 0);
+    /* The daemon serves the main channel while it waits for the answer. */
+    g_assert_cmpuint(fe_capacity(fe), ==, 2 * DISK_SIZE / 512);
+    fe_backend_ack(fe, BACKEND_CONFIG_CHANGE_MSG, 0);
+    fe_write_read(fe, 2 * DISK_SIZE / 512 - 8, 0x3c);
+    g_assert_true(fd_quiet(fe->backend, 300));
+
+    /* Two changes while the answer to the first is awaited: one more message after it. */
+    qmp_resize(3 * DISK_SIZE);
+    qmp_resize(4 * DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmphex(h[1], ==, 1 | NEED_REPLY);
+    g_assert_true(fd_quiet(fe->backend, 300));
+    fe_backend_ack(fe, BACKEND_CONFIG_CHANGE_MSG, 0);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmpuint(h[0], ==, BACKEND_CONFIG_CHANGE_MSG);
+    g_assert_cmpuint(fe_capacity(fe), ==, 4 * DISK_SIZE / 512);
+    fe_backend_ack(fe, BACKEND_CONFIG_CHANGE_MSG, 0);
+    g_assert_true(fd_quiet(fe->backend, 300));
+    fe_write_read(fe, 4 * DISK_SIZE / 512 - 8, 0x4d);
+
+    /* Shrink: the new capacity, and I/O past it fails. */
+    qmp_resize(DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
+    fe_backend_ack(fe, BACKEND_CONFIG_CHANGE_MSG, 0);
+    {
+        uint8_t r[4096];
+
+        g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, DISK_SIZE / 512, r, 4096), ==,
+                         VIRTIO_BLK_S_IOERR);
+    }
+    fe_close(fe);
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        g_assert_cmpuint(count_lines(log, "back-end channel"), ==, 0);
+        g_assert_cmpuint(count_lines(log, "dropping the connection"), ==, 0);
+    }
+    close(qmp_fd);
+    daemon_stop(dm);
+}
+
+/*
+ * Without the feature nothing is sent: a front end that did not negotiate
+ * BACKEND_REQ still reads the new capacity; one that gave a channel and then
+ * renegotiated without BACKEND_REQ gets nothing on it. Without REPLY_ACK
+ * the message has no NEED_REPLY and no answer is awaited (no timeout line).
+ */
+static void test_backend_req_unnegotiated(void)
+{
+    Daemon *dm = daemon_start_qmp();
+    uint32_t h[3];
+    Fe *fe;
+
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    qmp_resize(2 * DISK_SIZE);
+    g_assert_cmpuint(fe_capacity(fe), ==, 2 * DISK_SIZE / 512);
+    fe_write_read(fe, 2 * DISK_SIZE / 512 - 8, 0x11);
+    fe_close(fe);
+
+    fe_want_backend_req = true;
+    fe = fe_open(dm->sock, 1);
+    fe_want_backend_req = false;
+    fe->proto &= ~P_BACKEND_REQ;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    fe_start(fe, 1);
+    qmp_resize(3 * DISK_SIZE);
+    g_assert_true(fd_quiet(fe->backend, 500));
+    g_assert_cmpuint(fe_capacity(fe), ==, 3 * DISK_SIZE / 512);
+    fe_close(fe);
+
+    /* BACKEND_REQ without REPLY_ACK: no NEED_REPLY, nothing awaited. */
+    fe_want_backend_req = true;
+    fe = fe_open(dm->sock, 1);
+    fe_want_backend_req = false;
+    fe->proto &= ~P_REPLY_ACK;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    qmp_resize(DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmpuint(h[0], ==, BACKEND_CONFIG_CHANGE_MSG);
+    g_assert_cmphex(h[1], ==, 1);
+    g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
+    /* Past the reply timeout: the channel is still open (nothing readable, not even EOF). */
+    g_usleep((BACKEND_REPLY_TIMEOUT_MS + 500) * 1000);
+    g_assert_true(fd_quiet(fe->backend, 0));
+    fe_close(fe);
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        g_assert_cmpuint(count_lines(log, "back-end channel"), ==, 0);
+    }
+    close(qmp_fd);
+    daemon_stop(dm);
+}
+
+/*
+ * Hostile front ends on the channel: one that never answers (the daemon
+ * serves on, and closes the channel after the timeout with one line; the
+ * connection stays), one that closed its end (one line, the connection
+ * stays), one that answers garbage and one that writes unasked (each drops
+ * the connection with one line). Then a normal session.
+ */
+static void test_backend_req_hostile(void)
+{
+    Daemon *dm = daemon_start_qmp();
+    uint32_t h[3];
+    Fe *fe;
+
+    /* Never answers. */
+    fe_want_backend_req = true;
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    qmp_resize(2 * DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    g_assert_cmphex(h[1], ==, 1 | NEED_REPLY);
+    g_assert_cmpuint(fe_capacity(fe), ==, 2 * DISK_SIZE / 512);
+    fe_write_read(fe, 8, 0x21);
+    g_assert_true(fd_eof(fe->backend));
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        g_assert_cmpuint(count_lines(log, "exp0: vhost-user back-end channel: no answer to "
+                                          "VHOST_USER_BACKEND_CONFIG_CHANGE_MSG within"),
+                         ==, 1);
+    }
+    /* The connection stays; later changes are not sent (the channel is gone). */
+    fe_write_read(fe, 16, 0x22);
+    qmp_resize(DISK_SIZE);
+    g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
+    fe_close(fe);
+
+    /* Closed its end. */
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    close(fe->backend);
+    fe->backend = -1;
+    /* A round trip after the close: the daemon has seen the EOF before the resize. */
+    g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
+    qmp_resize(2 * DISK_SIZE);
+    g_assert_cmpuint(fe_capacity(fe), ==, 2 * DISK_SIZE / 512);
+    fe_write_read(fe, 24, 0x23);
+    fe_close(fe);
+
+    /* Garbage answer: the connection is dropped. */
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    qmp_resize(DISK_SIZE);
+    g_assert_true(fe_backend_recv(fe, h, 5000));
+    fe_backend_ack(fe, 7, 0);
+    g_assert_true(fe_dropped(fe));
+    fe_close(fe);
+
+    /* Unasked bytes: the connection is dropped. */
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    fe_send_raw(fe->backend, "junk", 4, NULL, 0);
+    g_assert_true(fe_dropped(fe));
+    fe_close(fe);
+    fe_want_backend_req = false;
+
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        g_assert_cmpuint(count_lines(log, "exp0: vhost-user back-end channel: the front end "
+                                          "closed it; closing the channel"),
+                         ==, 1);
+        g_assert_cmpuint(count_lines(log, "exp0: vhost-user back-end channel: not the answer to "
+                                          "VHOST_USER_BACKEND_CONFIG_CHANGE_MSG"),
+                         ==, 1);
+        g_assert_cmpuint(count_lines(log, "exp0: vhost-user back-end channel: data while no "
+                                          "answer is awaited; dropping the connection"),
+                         ==, 1);
+        g_assert_cmpuint(count_lines(log, "back-end channel"), ==, 4);
+    }
+    /* A normal session follows. */
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    fe_write_read(fe, 32, 0x24);
+    fe_close(fe);
+    close(qmp_fd);
+    daemon_stop(dm);
+}
+
 /* A bad command line: one line on stderr, exit 1. */
 static void test_bad_cmdline(void)
 {
@@ -1684,6 +2056,9 @@ int main(int argc, char **argv)
     g_test_add_func("/vhost-user/bad-ring", test_bad_ring);
     g_test_add_func("/vhost-user/bad-ring-block-layer", test_bad_ring_block_layer);
     g_test_add_func("/vhost-user/qmp", test_qmp);
+    g_test_add_func("/vhost-user/backend-req/config-change", test_backend_req_config_change);
+    g_test_add_func("/vhost-user/backend-req/unnegotiated", test_backend_req_unnegotiated);
+    g_test_add_func("/vhost-user/backend-req/hostile", test_backend_req_hostile);
     g_test_add_func("/vhost-user/bad-cmdline", test_bad_cmdline);
     g_test_add_func("/vhost-user/crosscheck-qsd", test_crosscheck);
     ret = g_test_run();

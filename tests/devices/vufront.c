@@ -70,7 +70,9 @@ void fe_send(Fe *fe, uint32_t req, uint32_t flags, const void *payload, uint32_t
 
     g_assert_cmpuint(size, <=, 512);
     memcpy(buf, h, 12);
-    memcpy(buf + 12, payload, size);
+    if (size) {
+        memcpy(buf + 12, payload, size); /* payload may be NULL when size is 0 */
+    }
     fe_send_raw(fe->s, buf, 12 + size, fds, nfds);
 }
 
@@ -151,6 +153,28 @@ bool fe_dropped(Fe *fe)
     }
 }
 
+bool fe_backend_recv(Fe *fe, uint32_t hdr[3], int timeout_ms)
+{
+    uint8_t payload[64];
+
+    g_assert_cmpint(fe->backend, >=, 0);
+    if (!fe_read_full(fe->backend, hdr, 12, timeout_ms)) {
+        return false;
+    }
+    g_assert_cmpuint(hdr[2], <=, sizeof(payload));
+    return fe_read_full(fe->backend, payload, hdr[2], timeout_ms);
+}
+
+void fe_backend_ack(Fe *fe, uint32_t req, uint64_t v)
+{
+    uint32_t h[3] = {req, 0x5, 8};
+    uint8_t buf[20];
+
+    memcpy(buf, h, 12);
+    memcpy(buf + 12, &v, 8);
+    fe_send_raw(fe->backend, buf, sizeof(buf), NULL, 0);
+}
+
 /* ---- front end: session ---- */
 
 uint64_t uva_of(Fe *fe, uint64_t gpa)
@@ -215,6 +239,7 @@ void fe_enable(Fe *fe, unsigned i, unsigned on)
 }
 
 bool fe_want_inflight;
+bool fe_want_backend_req;
 
 /* Connect and negotiate up to (not including) the memory table. */
 Fe *fe_open_queues(const char *sock, unsigned nregions, unsigned min_queues)
@@ -223,6 +248,7 @@ Fe *fe_open_queues(const char *sock, unsigned nregions, unsigned min_queues)
     TestDrvOpts o = {.ram_size = 32 << 20, .nregions = nregions};
 
     fe->min_queues = min_queues;
+    fe->backend = -1;
     fe->s = fe_connect(sock);
     fe->d = testdrv_new(&o);
     fe_handshake(fe);
@@ -234,12 +260,27 @@ void fe_handshake(Fe *fe)
 {
     fe->host_features = fe_get_u64(fe, GET_FEATURES);
     g_assert_true(fe->host_features & F_PROTOCOL_FEATURES);
+    uint64_t want = P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0) |
+                    (fe_want_backend_req ? P_BACKEND_REQ : 0);
+
     fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
-    fe->proto &= P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0);
-    g_assert_cmphex(fe->proto, ==,
-                    P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0));
+    fe->proto &= want;
+    g_assert_cmphex(fe->proto, ==, want);
     fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
     g_assert_cmpuint(fe_get_u64(fe, GET_QUEUE_NUM), >=, fe->min_queues);
+    if (fe_want_backend_req) {
+        /* QEMU 7.2: a socketpair, the back end's end sent (and closed here), before SET_OWNER. */
+        int sv[2];
+
+        g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), ==, 0);
+        fe_send(fe, SET_BACKEND_REQ_FD, NEED_REPLY, NULL, 0, &sv[1], 1);
+        close(sv[1]);
+        fe_ack(fe, SET_BACKEND_REQ_FD);
+        if (fe->backend >= 0) {
+            close(fe->backend);
+        }
+        fe->backend = sv[0];
+    }
     fe_send(fe, SET_OWNER, 0, NULL, 0, NULL, 0);
     fe->features = testdrv_negotiate(
         fe->host_features, (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
@@ -269,6 +310,9 @@ void fe_start(Fe *fe, unsigned nq)
 void fe_close(Fe *fe)
 {
     close(fe->s);
+    if (fe->backend >= 0) {
+        close(fe->backend);
+    }
     for (unsigned i = 0; i < FE_NQ; i++) {
         if (fe->vq[i]) {
             testvq_free(fe->vq[i]);

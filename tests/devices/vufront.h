@@ -38,6 +38,7 @@ enum {
     SET_PROTOCOL_FEATURES = 16,
     GET_QUEUE_NUM = 17,
     SET_VRING_ENABLE = 18,
+    SET_BACKEND_REQ_FD = 21,
     GET_CONFIG = 24,
     SET_CONFIG = 25,
     GET_INFLIGHT_FD = 31,
@@ -49,6 +50,7 @@ enum {
 #define F_PROTOCOL_FEATURES (1ull << 30)
 #define P_MQ                (1ull << 0)
 #define P_REPLY_ACK         (1ull << 3)
+#define P_BACKEND_REQ       (1ull << 5)
 #define P_CONFIG            (1ull << 9)
 #define P_INFLIGHT          (1ull << 12)
 #define P_MEM_SLOTS         (1ull << 15)
@@ -65,10 +67,20 @@ typedef struct Fe {
     unsigned nq;
     unsigned min_queues; /* fe_handshake: GET_QUEUE_NUM must be at least this */
     uint64_t features, host_features, proto;
+    int backend; /* our end of the back-end channel (fe_want_backend_req), or -1 */
 } Fe;
+
+/* Back-end requests (on Fe.backend). */
+#define BACKEND_CONFIG_CHANGE_MSG 2
 
 /* fe_handshake: negotiate INFLIGHT_SHMFD too. */
 extern bool fe_want_inflight;
+/*
+ * fe_handshake: negotiate BACKEND_REQ too and hand the back end one end of a
+ * socketpair with SET_BACKEND_REQ_FD (NEED_REPLY), before SET_OWNER, as QEMU
+ * 7.2 does; Fe.backend is the other end.
+ */
+extern bool fe_want_backend_req;
 
 /* ---- framing ---- */
 
@@ -87,6 +99,14 @@ void fe_set_u64(Fe *fe, uint32_t req, uint64_t v);
 void fe_ack(Fe *fe, uint32_t req);
 /* The back end closed the connection (after a bad message). */
 bool fe_dropped(Fe *fe);
+/*
+ * Read one back-end request from Fe.backend within @timeout_ms: header into
+ * @hdr (request, flags, size), up to 64 payload bytes discarded. False on
+ * timeout or EOF.
+ */
+bool fe_backend_recv(Fe *fe, uint32_t hdr[3], int timeout_ms);
+/* Answer back-end request @req with the u64 @v (flags 0x5, as QEMU 7.2's REPLY_ACK). */
+void fe_backend_ack(Fe *fe, uint32_t req, uint64_t v);
 
 /* ---- session ---- */
 
