@@ -34,7 +34,9 @@
  *        bit3 CONFIG_WCE, bit4 DISCARD, bit5 WRITE_ZEROES (VERSION_1 forced,
  *        other offered bits kept)
  *   [2]  log2 of the queue size (1..6: 2..64 entries)
- *   [3]  reserved
+ *   [3]  bits 0-1 rerror, bits 2-3 werror (report, ignore, stop, enospc);
+ *        bit 4 an injected error on every IOQ request (bit 7: on every 2nd
+ *        only), bits 5-6 its errno (EIO, ENOSPC, ENOTSUP, EINVAL)
  *   then 16-byte records (see struct Rec below): requests, pokes and kicks.
  */
 #include <errno.h>
@@ -73,7 +75,14 @@
 enum { ENGINE_NULL, ENGINE_URING, ENGINE_AIO, NENGINES };
 #define NCONFS 3
 
-/* One 16-byte record of the input. */
+/*
+ * One 16-byte record of the input. kind 0xf0-0xf7 is a kick: publish what the
+ * records before it built (bit 0: and move avail->idx on by aux more, bit 1:
+ * dataplane_resume() first; shape bit 1: VRING_AVAIL_F_NO_INTERRUPT, bit 2:
+ * used_event = shape >> 3). kind 0xf8-0xff is a poke: 12 bytes (from
+ * sector[0]) written at offset seg | aux << 8 of region shape & 1, before the
+ * device starts. Any other kind is a request whose type is kind & 7.
+ */
 typedef struct Rec {
     uint8_t kind; /* bits 0-2 request type (table), 0xf0 kick, 0xf8.. poke */
     uint8_t shape;
@@ -566,7 +575,7 @@ static void noop(void *opaque)
 }
 
 /* Publish pending avail entries (+@extra on the index), kick, wait, check. */
-static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags)
+static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags, bool resume)
 {
     struct vring_avail *a = avail_ring(g);
     uint64_t before = dp_kicks(dp), one = 1;
@@ -592,6 +601,10 @@ static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags)
     g->avail_idx = newidx;
     g->npend = 0;
 
+    if (resume) {
+        stage("resume");
+        dataplane_resume(dp); /* requests held by werror/rerror=stop go again */
+    }
     stage("kick");
     if (write(H.kick_fd, &one, sizeof(one)) != sizeof(one)) {
         FAIL("kick eventfd write: %s", strerror(errno));
@@ -611,6 +624,8 @@ static void run(const uint8_t *data, size_t size)
     static const uint64_t fbits[6] = {
         BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC), BIT(VIRTIO_BLK_F_FLUSH),
         BIT(VIRTIO_BLK_F_CONFIG_WCE), BIT(VIRTIO_BLK_F_DISCARD),        BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
+    static const DataPlaneErrorPolicy policies[4] = {DATAPLANE_ERR_REPORT, DATAPLANE_ERR_IGNORE,
+                                                     DATAPLANE_ERR_STOP, DATAPLANE_ERR_ENOSPC};
     unsigned engine = (data[0] & 3) % NENGINES, k = ((data[0] >> 2) & 3) % NCONFS;
     unsigned num = 1u << (1 + data[2] % 6);
     Guest *g = g_new0(Guest, 1);
@@ -658,6 +673,19 @@ static void run(const uint8_t *data, size_t size)
         FAIL("queue setup: %s", err ? err->message : "?");
     }
 
+    /* werror/rerror and error injection of this input (none left from the last one). */
+    dataplane_inject_clear(dp);
+    dataplane_set_error_policy(dp, policies[data[3] & 3], policies[(data[3] >> 2) & 3]);
+    if (data[3] & 0x10) {
+        static const int errs[4] = {EIO, ENOSPC, ENOTSUP, EINVAL};
+        IOQInjectRule rule = {.op = -1, .nth = (data[3] & 0x80) ? 2 : 0,
+                              .error = errs[(data[3] >> 5) & 3]};
+
+        if (!dataplane_inject_error(dp, &rule, &err)) {
+            FAIL("inject: %s", err->message);
+        }
+    }
+
     /* Pokes land in RAM before the device starts; requests after them. */
     for (size_t i = 0; i < nrec; i++) {
         if (recs[i].kind >= 0xf8) {
@@ -689,14 +717,14 @@ static void run(const uint8_t *data, size_t size)
             continue;
         }
         if (r->kind >= 0xf0) {
-            kick(g, dp, (r->kind & 1) ? r->aux : 0, r->shape);
+            kick(g, dp, (r->kind & 1) ? r->aux : 0, r->shape, r->kind & 2);
             continue;
         }
         if (building && g->npend < G_N_ELEMENTS(g->pend)) {
             building = add_request(g, r);
         }
     }
-    kick(g, dp, 0, 0);
+    kick(g, dp, 0, 0, false);
     stage("stop");
     dataplane_stop(dp);
     check_used(g);
@@ -704,6 +732,9 @@ static void run(const uint8_t *data, size_t size)
         fprintf(stderr, "engine %u conf %u num %u: %llu made available, %llu used%s%s\n", engine, k,
                 num, (unsigned long long)g->made_avail, (unsigned long long)g->consumed,
                 g->clean ? ", clean" : "", virtqueue_is_broken(vq) ? ", queue broken" : "");
+    }
+    if (dataplane_held_count(dp) != 0) {
+        FAIL("%u request(s) still held after dataplane_stop", dataplane_held_count(dp));
     }
     if (virtio_blk_queue_inflight(q) != 0) {
         FAIL("%u request(s) still in the engine after dataplane_stop",
