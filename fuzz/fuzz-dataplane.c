@@ -28,8 +28,9 @@
  * ASan/UBSan watch every access: guest RAM is two separate heap blocks.
  *
  * Input layout:
- *   [0]  bits 0-1 engine (null, io_uring, native), bits 2-3 device config
- *        (0/3 default, 1 4K blocks with small limits, 2 read-only writethrough)
+ *   [0]  bits 0-2 engine (null, io_uring, native, io_uring O_DIRECT, native
+ *        O_DIRECT; 5-7 wrap), bits 3-4 device config (0/3 default, 1 4K
+ *        blocks with small limits, 2 read-only writethrough)
  *   [1]  driver feature mask: bit0 EVENT_IDX, bit1 INDIRECT_DESC, bit2 FLUSH,
  *        bit3 CONFIG_WCE, bit4 DISCARD, bit5 WRITE_ZEROES (VERSION_1 forced,
  *        other offered bits kept)
@@ -72,7 +73,8 @@
 
 #define BIT(n) (1ull << (n))
 
-enum { ENGINE_NULL, ENGINE_URING, ENGINE_AIO, NENGINES };
+/* The file engines twice: buffered, and O_DIRECT (alignment checks, bounce pool). */
+enum { ENGINE_NULL, ENGINE_URING, ENGINE_AIO, ENGINE_URING_DIRECT, ENGINE_AIO_DIRECT, NENGINES };
 #define NCONFS 3
 
 /*
@@ -112,7 +114,7 @@ typedef struct Rec {
 typedef struct Harness {
     IOThread *iothread;
     int kick_fd, call_fd;
-    int disk_fd;
+    int disk_fd, direct_fd; /* direct_fd: -1 if O_DIRECT is refused here */
     VirtIOBlk *blk[NCONFS];
     DataPlane *dp[NENGINES][NCONFS];
     bool unusable[NENGINES][NCONFS];
@@ -197,6 +199,7 @@ static void harness_init(void)
         fprintf(stderr, "fuzz-dataplane: temp file %s: %s\n", path, strerror(errno));
         abort();
     }
+    H.direct_fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT);
     unlink(path);
     g_free(path);
     H.kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -224,12 +227,19 @@ static void harness_init(void)
 /* The dataplane of (@engine, @k), made on first use; NULL if the engine is unusable here. */
 static DataPlane *get_dp(unsigned engine, unsigned k)
 {
-    static const char *const names[NENGINES] = {"null", "io_uring", "native"};
+    static const char *const names[NENGINES] = {"null", "io_uring", "native", "io_uring", "native"};
+    bool direct = engine == ENGINE_URING_DIRECT || engine == ENGINE_AIO_DIRECT;
     DataPlaneConf dc = {0};
     GError *err = NULL;
 
     if (H.dp[engine][k] || H.unusable[engine][k]) {
         return H.dp[engine][k];
+    }
+    if (direct && H.direct_fd < 0) {
+        fprintf(stderr, "fuzz-dataplane: O_DIRECT unusable here: %s engines skipped\n",
+                names[engine]);
+        H.unusable[engine][k] = true;
+        return NULL;
     }
     dc.blk = H.blk[k];
     dc.iothread = H.iothread;
@@ -237,10 +247,11 @@ static DataPlane *get_dp(unsigned engine, unsigned k)
     dc.queue_size = MAX_QSIZE;
     dc.complete_batch = k == 1 ? 1 : 0; /* publish per completion on one config */
     dc.ioq.engine = names[engine];
-    dc.ioq.fd = engine == ENGINE_NULL ? -1 : H.disk_fd;
+    dc.ioq.fd = engine == ENGINE_NULL ? -1 : direct ? H.direct_fd : H.disk_fd;
+    dc.ioq.direct = direct;
     dc.ioq.logical_block_size = k == 1 ? 4096 : 512;
     dc.ioq.null_read_zeroes = true;
-    dc.ioq.bounce_pool_size = 1 << 20;
+    dc.ioq.bounce_pool_size = 128 << 10; /* two 64 KiB slots: bounced requests queue up */
     H.dp[engine][k] = dataplane_create(&dc, &err);
     if (!H.dp[engine][k]) {
         fprintf(stderr, "fuzz-dataplane: engine %s unusable here: %s\n", names[engine],
@@ -272,7 +283,27 @@ typedef struct Guest {
     uint64_t status_gpa[MAX_QSIZE];
     uint64_t in_bytes[MAX_QSIZE];
     unsigned returned[MAX_QSIZE];
+    /* per head (clean inputs): the request, for the data checks */
+    uint32_t type[MAX_QSIZE];
+    uint64_t sector[MAX_QSIZE];
+    uint32_t dlen[MAX_QSIZE];
+    uint64_t data_gpa[MAX_QSIZE];
+    uint8_t pattern[MAX_QSIZE];
+    unsigned batch[MAX_QSIZE];
+    unsigned nbatch;      /* kicks so far */
+    bool data_checks;     /* clean, no injected error: the disk's content is known */
+    bool null_engine;     /* reads return zeroes, writes go nowhere */
+    uint32_t lbs;
 } Guest;
+
+/*
+ * What the temp file holds, per byte, where known (sector granularity): the
+ * file engines write it, every input ends drained, so it carries over
+ * between inputs. A discard, a failed write or two overlapping requests of
+ * one batch (unordered) make a sector unknown.
+ */
+static uint8_t shadow[DISK_BYTES];
+static bool shadow_known[DISK_BYTES / 512] = {[0 ... DISK_BYTES / 512 - 1] = true};
 
 static void *gpa_ptr(Guest *g, uint64_t gpa, uint64_t len)
 {
@@ -500,6 +531,12 @@ static bool add_request(Guest *g, const Rec *r)
         g->tracked[head] = true;
         g->status_gpa[head] = status;
         g->in_bytes[head] = in_bytes;
+        g->type[head] = type & ~VIRTIO_BLK_T_BARRIER; /* as the device reads it */
+        g->sector[head] = sector;
+        g->dlen[head] = dlen;
+        g->data_gpa[head] = data;
+        g->pattern[head] = 0x5a ^ r->aux;
+        g->batch[head] = g->nbatch;
     }
     return true;
 }
@@ -553,13 +590,143 @@ static void check_used(Guest *g)
         }
         g->avail_count[id]--;
         g->returned[id]++;
-        if (g->clean && g->tracked[id] && len > g->in_bytes[id]) {
-            FAIL("used len %u of head %u exceeds its %llu device-writable bytes", len, id,
-                 (unsigned long long)g->in_bytes[id]);
+        if (g->clean && g->tracked[id]) {
+            uint8_t st = *(uint8_t *)gpa_ptr(g, g->status_gpa[id], 1);
+            uint64_t want = 1;
+
+            if (len > g->in_bytes[id]) {
+                FAIL("used len %u of head %u exceeds its %llu device-writable bytes", len, id,
+                     (unsigned long long)g->in_bytes[id]);
+            }
+            if (st == VIRTIO_BLK_S_OK && g->type[id] == VIRTIO_BLK_T_IN) {
+                want += g->dlen[id];
+            } else if (st == VIRTIO_BLK_S_OK && g->type[id] == VIRTIO_BLK_T_GET_ID) {
+                want += MIN(g->dlen[id], 20);
+            }
+            if (g->returned[id] == 1 && len != want) {
+                FAIL("used len %u of head %u (type %u, status %u), expected %llu", len, id,
+                     g->type[id], st, (unsigned long long)want);
+            }
         }
     }
     g->used_seen = idx;
     g->consumed += adv;
+}
+
+/* Byte range of a data request on the disk; false if outside it. */
+static bool disk_range(Guest *g, unsigned h, uint64_t *off, uint64_t *len)
+{
+    struct virtio_blk_discard_write_zeroes seg;
+
+    if (g->type[h] == VIRTIO_BLK_T_IN || g->type[h] == VIRTIO_BLK_T_OUT) {
+        *len = g->dlen[h];
+    } else if (g->type[h] == VIRTIO_BLK_T_DISCARD || g->type[h] == VIRTIO_BLK_T_WRITE_ZEROES) {
+        if (g->dlen[h] != sizeof(seg)) {
+            return false;
+        }
+        memcpy(&seg, gpa_ptr(g, g->data_gpa[h], sizeof(seg)), sizeof(seg));
+        *len = (uint64_t)le32toh(seg.num_sectors) * 512;
+    } else {
+        return false;
+    }
+    *off = g->sector[h] * 512;
+    return g->sector[h] < DISK_BYTES / 512 && *len <= DISK_BYTES - *off && *len;
+}
+
+static void forget(uint64_t off, uint64_t len)
+{
+    for (uint64_t s = off / 512; s < (off + len + 511) / 512; s++) {
+        shadow_known[s] = false;
+    }
+}
+
+/*
+ * After batch @b was drained: exact used lengths, the data of reads (the
+ * shadow, or zeroes from the null engine), GET_ID's serial, then the writes
+ * of the batch into the shadow.
+ */
+static void check_batch(Guest *g, unsigned b)
+{
+    static uint8_t readers[DISK_BYTES / 512], writers[DISK_BYTES / 512];
+
+    memset(readers, 0, sizeof(readers));
+    memset(writers, 0, sizeof(writers));
+    for (unsigned h = 0; h < g->num; h++) {
+        uint64_t off, len;
+
+        if (g->tracked[h] && g->batch[h] == b && disk_range(g, h, &off, &len)) {
+            for (uint64_t s = off / 512; s < (off + len) / 512; s++) {
+                if (g->type[h] == VIRTIO_BLK_T_IN) {
+                    readers[s] = 1;
+                } else {
+                    writers[s] += writers[s] < 2;
+                }
+            }
+        }
+    }
+    for (unsigned h = 0; h < g->num; h++) {
+        uint64_t off, len;
+        uint8_t st;
+        const uint8_t *buf;
+        bool ranged;
+
+        if (!g->tracked[h] || g->batch[h] != b || g->returned[h] != 1) {
+            continue;
+        }
+        st = *(uint8_t *)gpa_ptr(g, g->status_gpa[h], 1);
+        ranged = disk_range(g, h, &off, &len);
+        buf = g->dlen[h] ? gpa_ptr(g, g->data_gpa[h], g->dlen[h]) : NULL;
+        if (g->type[h] == VIRTIO_BLK_T_GET_ID && st == VIRTIO_BLK_S_OK) {
+            static const char serial[20] = "fuzz-dataplane-seria";
+
+            if (g->dlen[h] && memcmp(buf, serial, MIN(g->dlen[h], 20)) != 0) {
+                FAIL("GET_ID of head %u: wrong serial", h);
+            }
+        }
+        if (st != VIRTIO_BLK_S_OK) {
+            if (ranged && g->type[h] != VIRTIO_BLK_T_IN) {
+                forget(off, len); /* a failed write may have written part */
+            }
+            continue;
+        }
+        if (g->type[h] != VIRTIO_BLK_T_IN || !ranged) {
+            continue;
+        }
+        for (uint64_t o = 0; o < len; o++) {
+            uint64_t s = (off + o) / 512;
+            uint8_t want = g->null_engine ? 0 : shadow[off + o];
+
+            if ((g->null_engine || (shadow_known[s] && !writers[s])) && buf[o] != want) {
+                FAIL("read of head %u (sector %llu, %llu bytes) got 0x%02x at byte %llu, the disk "
+                     "holds 0x%02x",
+                     h, (unsigned long long)g->sector[h], (unsigned long long)len, buf[o],
+                     (unsigned long long)o, want);
+            }
+        }
+    }
+    if (g->null_engine) {
+        return;
+    }
+    for (unsigned h = 0; h < g->num; h++) {
+        uint64_t off, len;
+        bool overlap = false;
+
+        if (!g->tracked[h] || g->batch[h] != b || g->type[h] == VIRTIO_BLK_T_IN ||
+            g->returned[h] != 1 || !disk_range(g, h, &off, &len) ||
+            *(uint8_t *)gpa_ptr(g, g->status_gpa[h], 1) != VIRTIO_BLK_S_OK) {
+            continue;
+        }
+        for (uint64_t s = off / 512; s < (off + len) / 512; s++) {
+            overlap |= writers[s] != 1 || readers[s];
+        }
+        if (overlap || g->type[h] == VIRTIO_BLK_T_DISCARD) {
+            forget(off, len); /* unordered with another request, or discarded */
+        } else if (g->type[h] == VIRTIO_BLK_T_WRITE_ZEROES) {
+            memset(shadow + off, 0, len);
+        } else {
+            memset(shadow + off, g->pattern[h], len);
+        }
+    }
 }
 
 static uint64_t dp_kicks(DataPlane *dp)
@@ -597,6 +764,7 @@ static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags, bool re
     if (flags & 4) {
         a->ring[g->num] = htole16(flags >> 3); /* used_event */
     }
+    g->nbatch++; /* requests built from now on belong to the next batch */
     __atomic_store_n(&a->idx, htole16(newidx), __ATOMIC_RELEASE);
     g->avail_idx = newidx;
     g->npend = 0;
@@ -617,6 +785,11 @@ static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags, bool re
     stage("drain");
     dataplane_drain(dp); /* every request the pass submitted completed and published */
     check_used(g);
+    if (g->data_checks && g->clean) {
+        check_batch(g, g->nbatch - 1);
+    } else if (!g->null_engine) {
+        forget(0, DISK_BYTES); /* a hostile batch may have written anywhere */
+    }
 }
 
 static void run(const uint8_t *data, size_t size)
@@ -626,7 +799,7 @@ static void run(const uint8_t *data, size_t size)
         BIT(VIRTIO_BLK_F_CONFIG_WCE), BIT(VIRTIO_BLK_F_DISCARD),        BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
     static const DataPlaneErrorPolicy policies[4] = {DATAPLANE_ERR_REPORT, DATAPLANE_ERR_IGNORE,
                                                      DATAPLANE_ERR_STOP, DATAPLANE_ERR_ENOSPC};
-    unsigned engine = (data[0] & 3) % NENGINES, k = ((data[0] >> 2) & 3) % NCONFS;
+    unsigned engine = (data[0] & 7) % NENGINES, k = ((data[0] >> 3) & 3) % NCONFS;
     unsigned num = 1u << (1 + data[2] % 6);
     Guest *g = g_new0(Guest, 1);
     DataPlane *dp = get_dp(engine, k);
@@ -658,6 +831,8 @@ static void run(const uint8_t *data, size_t size)
     g->num = num;
     g->bump[0] = BUF_START;
     g->clean = true;
+    g->data_checks = !(data[3] & 0x10);
+    g->null_engine = engine == ENGINE_NULL;
     regions[0] = (GuestMemRegion){.gpa = 0, .size = REGION_SIZE, .hva = g->ram[0]};
     regions[1] = (GuestMemRegion){.gpa = REGION1_GPA, .size = REGION_SIZE, .hva = g->ram[1]};
 
