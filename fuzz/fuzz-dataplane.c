@@ -4,9 +4,9 @@
  * avail ring, request headers and data buffers, indirect tables, bogus
  * lengths, addresses, loops and head numbers, raw pokes into RAM); a
  * DataPlane serves it on its iothread over a real backend (the null engine,
- * io_uring or libaio on a small temp file); the fuzzer thread is the guest:
- * it publishes, kicks, waits (bounded) until the device consumed what it
- * will, and checks what the device returned.
+ * io_uring or libaio on a small temp file, buffered or O_DIRECT); the fuzzer
+ * thread is the guest: it publishes, kicks, waits (bounded) until the device
+ * consumed what it will, and checks what the device returned.
  *
  * The dataplanes (one per engine and device configuration) and their
  * iothread live for the whole run. Per input, as a device reset would, the
@@ -21,8 +21,11 @@
  *   - after dataplane_stop() the engine holds no request;
  *   - for inputs of well-formed chains only (no poke, no bogus field) on a
  *     queue that did not break: every request is returned exactly once, its
- *     status byte is OK, IOERR or UNSUPP, and the used length does not exceed
- *     the chain's device-writable bytes;
+ *     status byte is OK, IOERR or UNSUPP, and its used length is exact (and
+ *     never beyond the chain's device-writable bytes);
+ *   - for such batches without injected errors: a successful read returns
+ *     what a shadow of the file says (zeroes on the null engine) wherever the
+ *     shadow knows it, GET_ID the serial;
  *   - no hang: each input must finish within HANG_SECONDS (a watchdog thread
  *     aborts with the stage it was stuck in).
  * ASan/UBSan watch every access: guest RAM is two separate heap blocks.
@@ -34,7 +37,9 @@
  *   [1]  driver feature mask: bit0 EVENT_IDX, bit1 INDIRECT_DESC, bit2 FLUSH,
  *        bit3 CONFIG_WCE, bit4 DISCARD, bit5 WRITE_ZEROES (VERSION_1 forced,
  *        other offered bits kept)
- *   [2]  log2 of the queue size (1..6: 2..64 entries)
+ *   [2]  bits 0-2 log2 of the queue size (1..6: 2..64 entries; 6,7 wrap),
+ *        bit 7 adaptive polling on the iothread (poll-max-ns 32768, QEMU's
+ *        default: the avail ring and the completions are polled too)
  *   [3]  bits 0-1 rerror, bits 2-3 werror (report, ignore, stop, enospc);
  *        bit 4 an injected error on every IOQ request (bit 7: on every 2nd
  *        only), bits 5-6 its errno (EIO, ENOSPC, ENOTSUP, EINVAL)
@@ -828,7 +833,7 @@ static void run(const uint8_t *data, size_t size)
     static const DataPlaneErrorPolicy policies[4] = {DATAPLANE_ERR_REPORT, DATAPLANE_ERR_IGNORE,
                                                      DATAPLANE_ERR_STOP, DATAPLANE_ERR_ENOSPC};
     unsigned engine = (data[0] & 7) % NENGINES, k = ((data[0] >> 3) & 3) % NCONFS;
-    unsigned num = 1u << (1 + data[2] % 6);
+    unsigned num = 1u << (1 + (data[2] & 7) % 6);
     Guest *g = g_new0(Guest, 1);
     DataPlane *dp = get_dp(engine, k);
     VirtIOBlk *blk = H.blk[k];
@@ -908,6 +913,7 @@ static void run(const uint8_t *data, size_t size)
         q = virtio_blk_queue_new(blk, vq, NULL, NULL, &err);
     }
 
+    event_loop_set_poll_params(iothread_get_loop(H.iothread), (data[2] & 0x80) ? 32768 : 0, 0, 0);
     stage("start");
     __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
                      __ATOMIC_RELEASE);
