@@ -26,6 +26,8 @@
  *   - for such batches without injected errors: a successful read returns
  *     what a shadow of the file says (zeroes on the null engine) wherever the
  *     shadow knows it, GET_ID the serial;
+ *   - without EVENT_IDX and VRING_AVAIL_F_NO_INTERRUPT, a kick whose
+ *     completions moved used->idx on a live queue interrupted the guest;
  *   - no hang: each input must finish within HANG_SECONDS (a watchdog thread
  *     aborts with the stage it was stuck in).
  * ASan/UBSan watch every access: guest RAM is two separate heap blocks.
@@ -323,6 +325,8 @@ typedef struct Guest {
     unsigned nbatch;      /* kicks so far */
     bool data_checks;     /* clean, no injected error: the disk's content is known */
     bool null_engine;     /* reads return zeroes, writes go nowhere */
+    bool event_idx;       /* VIRTIO_RING_F_EVENT_IDX negotiated */
+    VirtQueue *vq;
     uint32_t lbs;
 } Guest;
 
@@ -778,7 +782,8 @@ static void noop(void *opaque)
 static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags, bool resume)
 {
     struct vring_avail *a = avail_ring(g);
-    uint64_t before = dp_kicks(dp), one = 1;
+    uint64_t before = dp_kicks(dp), one = 1, calls;
+    uint16_t used_before;
     uint16_t newidx;
 
     for (unsigned i = 0; i < g->npend; i++) {
@@ -817,7 +822,17 @@ static void kick(Guest *g, DataPlane *dp, uint16_t extra, uint8_t flags, bool re
     iothread_run_sync(H.iothread, noop, NULL); /* the kick's pass ran to its end */
     stage("drain");
     dataplane_drain(dp); /* every request the pass submitted completed and published */
+    used_before = g->used_seen;
     check_used(g);
+    /*
+     * Without EVENT_IDX and VRING_AVAIL_F_NO_INTERRUPT the guest wants an
+     * interrupt for every publish: used->idx moved, so the call eventfd must
+     * have been written (a live queue; a broken one is reset instead).
+     */
+    if (g->used_seen != used_before && !g->event_idx && !(flags & 2) &&
+        !virtqueue_is_broken(g->vq) && read(H.call_fd, &calls, sizeof(calls)) != sizeof(calls)) {
+        FAIL("used idx moved from %u to %u without an interrupt", used_before, g->used_seen);
+    }
     if (g->data_checks && g->clean) {
         check_batch(g, g->nbatch - 1);
     } else if (!g->null_engine) {
@@ -866,6 +881,7 @@ static void run(const uint8_t *data, size_t size)
     g->clean = true;
     g->data_checks = !(data[3] & 0x10);
     g->null_engine = engine == ENGINE_NULL;
+    g->event_idx = features & BIT(VIRTIO_RING_F_EVENT_IDX);
     shadow = shadow_data[engine >= ENGINE_URING_DIRECT];
     shadow_known = shadow_known_s[engine >= ENGINE_URING_DIRECT];
     regions[0] = (GuestMemRegion){.gpa = 0, .size = REGION_SIZE, .hva = g->ram[0]};
@@ -914,6 +930,7 @@ static void run(const uint8_t *data, size_t size)
     }
 
     event_loop_set_poll_params(iothread_get_loop(H.iothread), (data[2] & 0x80) ? 32768 : 0, 0, 0);
+    g->vq = vq;
     stage("start");
     __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
                      __ATOMIC_RELEASE);
