@@ -4,7 +4,7 @@
 #   BENCH-VMM-BEGIN name=<vmm> round=<r> ... BENCH-VMM-END name=<vmm> round=<r> rc=<n> secs=<s>
 # and a boot-only run per VMM: BENCH-BOOT name=<vmm> rc=<n> secs=<s>.
 # Parameters come from the environment (set by scripts/bench-guest in bench.env):
-#   BENCH_VMMS (e.g. "qemu vblk-dp-on vblk-dp-off"), BENCH_JOBS (comma list),
+#   BENCH_VMMS (e.g. "qemu vblk-dp-on vblk-dp-off vu-vblk vu-qsd"), BENCH_JOBS (comma list),
 #   BENCH_RUNTIME, BENCH_RAMP, BENCH_MEM, BENCH_SMP, BENCH_AIO, BENCH_TIMEOUT, BENCH_ROUNDS.
 . ./files/bench.env
 
@@ -30,6 +30,26 @@ vmm_run() {
             timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
                 -drive "$drive" -device virtio-blk-pci,drive=drive0,x-data-plane=$dp $BENCH_VBLK_EXTRA
+            ;;
+        vu-vblk|vu-qsd)
+            # QEMU 7.2's guest on a vhost-user-blk export of the same disk:
+            # vblk-storage-daemon or qemu-storage-daemon, one iothread each.
+            d=qemu-storage-daemon; [ "$name" = vu-vblk ] && d=./files/vblk-storage-daemon
+            sock=/tmp/bench-vu.sock; rm -f "$sock"
+            "$d" --blockdev "driver=file,node-name=disk,filename=$VBLK_DISK,cache.direct=on,aio=$BENCH_AIO" \
+                --object iothread,id=io0 \
+                --export "type=vhost-user-blk,id=exp0,node-name=disk,addr.type=unix,addr.path=$sock,writable=on,num-queues=$BENCH_SMP,iothread=io0" \
+                >>/tmp/bench-vu-daemon.log 2>&1 &
+            dpid=$!
+            i=0; while ! [ -S "$sock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" \
+                -nodefaults -nographic -serial stdio -monitor none -no-reboot \
+                -object "memory-backend-memfd,id=mem,size=${BENCH_MEM}M,share=on" -numa node,memdev=mem \
+                -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
+                -chardev "socket,id=vu0,path=$sock" -device vhost-user-blk-pci,chardev=vu0,num-queues=$BENCH_SMP
+            vrc=$?
+            kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+            return $vrc
             ;;
         *) echo "BENCH-ERROR unknown vmm $name"; return 2;;
     esac

@@ -144,7 +144,14 @@ def main():
         b = runs.get(BASE, {}).get(job)
         return fmt_ratio(a and a["iops"], b and b["iops"])
     print()
-    print(f"BENCH guest qd32_ratio={ratio('randread-4k-qd32')} qd1_ratio={ratio('randread-4k-qd1')}")
+    def vu_ratio(job):
+        a = runs.get("vu-vblk", {}).get(job)
+        b = runs.get("vu-qsd", {}).get(job)
+        return fmt_ratio(a and a["iops"], b and b["iops"])
+    vu = ""
+    if "vu-vblk" in runs and "vu-qsd" in runs:
+        vu = f" vu_qd32_ratio={vu_ratio('randread-4k-qd32')} vu_qd1_ratio={vu_ratio('randread-4k-qd1')}"
+    print(f"BENCH guest qd32_ratio={ratio('randread-4k-qd32')} qd1_ratio={ratio('randread-4k-qd1')}{vu}")
     ok = BASE in runs and all(st and all(x[0] == 0 for x in st) for st in (status.get(v) for v in order))
     return 0 if ok else 1
 
