@@ -36,7 +36,8 @@ vmm_run() {
             # vblk-storage-daemon or qemu-storage-daemon, one iothread each.
             d=qemu-storage-daemon; [ "$name" = vu-vblk ] && d=./files/vblk-storage-daemon
             sock=/tmp/bench-vu.sock; rm -f "$sock"
-            "$d" --blockdev "driver=file,node-name=disk,filename=$VBLK_DISK,cache.direct=on,aio=$BENCH_AIO" \
+            drv=file; [ -b "$VBLK_DISK" ] && drv=host_device # QEMU refuses driver=file on a block device
+            "$d" --blockdev "driver=$drv,node-name=disk,filename=$VBLK_DISK,cache.direct=on,aio=$BENCH_AIO" \
                 --object iothread,id=io0 \
                 --export "type=vhost-user-blk,id=exp0,node-name=disk,addr.type=unix,addr.path=$sock,writable=on,num-queues=$BENCH_SMP,iothread=io0" \
                 >>/tmp/bench-vu-daemon.log 2>&1 &

@@ -304,12 +304,18 @@ static void blk_stop(void *opaque)
          * (reset, quit). The guest sees IOERR, as with QEMU's reset.
          */
         blk_set_quiescing(s->backend, true);
+        /*
+         * Whichever path runs is quiesced: in-flight requests complete first.
+         * A state dump may still look while it drains (nothing it reads is
+         * freed by the stop), so a reset or teardown stuck here shows the
+         * queues; it stops looking before the free.
+         */
+        s->data_plane = dp_switch_is_dataplane(s->sw);
+        dp_switch_stop(s->sw);
         pthread_mutex_lock(&s->debug_lock); /* no dump looks at it from here on */
         s->debug_sw = NULL;
         s->debug_nq = 0;
         pthread_mutex_unlock(&s->debug_lock);
-        /* Whichever path runs is quiesced: in-flight requests complete first. */
-        s->data_plane = dp_switch_is_dataplane(s->sw);
         dp_switch_free(s->sw);
         g_warn_if_fail(blk_in_flight(s->backend) == 0 && blk_parked_count(s->backend) == 0);
         blk_set_quiescing(s->backend, false);
@@ -606,9 +612,9 @@ static void blk_pci_destroy(void *opaque)
 {
     VirtIOBlkPCI *s = opaque;
 
-    debug_state_unregister(blk_pci_debug_state, s);
     blk_pci_qmp_remove(s);
-    virtio_pci_free(s->vp); /* resets the device: stops the dataplane */
+    virtio_pci_free(s->vp); /* resets the device: stops the dataplane (dumpable meanwhile) */
+    debug_state_unregister(blk_pci_debug_state, s);
     blk_pci_free_resources(s);
 }
 
