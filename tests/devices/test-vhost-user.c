@@ -1701,9 +1701,7 @@ static void test_backend_req_config_change(void)
     Fe *fe;
     int old;
 
-    fe_want_backend_req = true;
-    fe = fe_open(dm->sock, 1);
-    fe_want_backend_req = false;
+    fe = fe_open_backend_req(dm->sock, 1);
     fe_start(fe, 1);
     g_assert_cmpuint(fe_capacity(fe), ==, DISK_SIZE / 512);
     /* Replace the channel: the old one is closed by the daemon. */
@@ -1787,9 +1785,7 @@ static void test_backend_req_unnegotiated(void)
     fe_write_read(fe, 2 * DISK_SIZE / 512 - 8, 0x11);
     fe_close(fe);
 
-    fe_want_backend_req = true;
-    fe = fe_open(dm->sock, 1);
-    fe_want_backend_req = false;
+    fe = fe_open_backend_req(dm->sock, 1);
     fe->proto &= ~P_BACKEND_REQ;
     fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
     fe_start(fe, 1);
@@ -1799,9 +1795,7 @@ static void test_backend_req_unnegotiated(void)
     fe_close(fe);
 
     /* BACKEND_REQ without REPLY_ACK: no NEED_REPLY, nothing awaited. */
-    fe_want_backend_req = true;
-    fe = fe_open(dm->sock, 1);
-    fe_want_backend_req = false;
+    fe = fe_open_backend_req(dm->sock, 1);
     fe->proto &= ~P_REPLY_ACK;
     fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
     qmp_resize(DISK_SIZE);
@@ -1836,8 +1830,7 @@ static void test_backend_req_hostile(void)
     Fe *fe;
 
     /* Never answers. */
-    fe_want_backend_req = true;
-    fe = fe_open(dm->sock, 1);
+    fe = fe_open_backend_req(dm->sock, 1);
     fe_start(fe, 1);
     qmp_resize(2 * DISK_SIZE);
     g_assert_true(fe_backend_recv(fe, h, 5000));
@@ -1859,7 +1852,7 @@ static void test_backend_req_hostile(void)
     fe_close(fe);
 
     /* Closed its end. */
-    fe = fe_open(dm->sock, 1);
+    fe = fe_open_backend_req(dm->sock, 1);
     fe_start(fe, 1);
     close(fe->backend);
     fe->backend = -1;
@@ -1871,7 +1864,7 @@ static void test_backend_req_hostile(void)
     fe_close(fe);
 
     /* Garbage answer: the connection is dropped. */
-    fe = fe_open(dm->sock, 1);
+    fe = fe_open_backend_req(dm->sock, 1);
     fe_start(fe, 1);
     qmp_resize(DISK_SIZE);
     g_assert_true(fe_backend_recv(fe, h, 5000));
@@ -1880,12 +1873,11 @@ static void test_backend_req_hostile(void)
     fe_close(fe);
 
     /* Unasked bytes: the connection is dropped. */
-    fe = fe_open(dm->sock, 1);
+    fe = fe_open_backend_req(dm->sock, 1);
     fe_start(fe, 1);
     fe_send_raw(fe->backend, "junk", 4, NULL, 0);
     g_assert_true(fe_dropped(fe));
     fe_close(fe);
-    fe_want_backend_req = false;
 
     {
         g_autofree char *log = daemon_log(dm);

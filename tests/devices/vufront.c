@@ -239,7 +239,7 @@ void fe_enable(Fe *fe, unsigned i, unsigned on)
 }
 
 bool fe_want_inflight;
-bool fe_want_backend_req;
+static bool fe_want_backend_req;
 
 /* Connect and negotiate up to (not including) the memory table. */
 Fe *fe_open_queues(const char *sock, unsigned nregions, unsigned min_queues)
@@ -337,4 +337,14 @@ uint8_t fe_io(Fe *fe, unsigned q, uint32_t type, uint64_t sector, void *data, ui
         testdrv_memread(fe->d, r.data_gpa, data, len);
     }
     return testblk_status(fe->vq[q], &r);
+}
+
+Fe *fe_open_backend_req(const char *sock, unsigned nregions)
+{
+    Fe *fe;
+
+    fe_want_backend_req = true;
+    fe = fe_open(sock, nregions);
+    fe_want_backend_req = false;
+    return fe;
 }

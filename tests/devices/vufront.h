@@ -67,7 +67,7 @@ typedef struct Fe {
     unsigned nq;
     unsigned min_queues; /* fe_handshake: GET_QUEUE_NUM must be at least this */
     uint64_t features, host_features, proto;
-    int backend; /* our end of the back-end channel (fe_want_backend_req), or -1 */
+    int backend; /* our end of the back-end channel (fe_open_backend_req), or -1 */
 } Fe;
 
 /* Back-end requests (on Fe.backend). */
@@ -76,11 +76,11 @@ typedef struct Fe {
 /* fe_handshake: negotiate INFLIGHT_SHMFD too. */
 extern bool fe_want_inflight;
 /*
- * fe_handshake: negotiate BACKEND_REQ too and hand the back end one end of a
- * socketpair with SET_BACKEND_REQ_FD (NEED_REPLY), before SET_OWNER, as QEMU
- * 7.2 does; Fe.backend is the other end.
+ * fe_open() that also negotiates BACKEND_REQ and hands the back end one end
+ * of a socketpair with SET_BACKEND_REQ_FD (NEED_REPLY), before SET_OWNER, as
+ * QEMU 7.2 does; Fe.backend is the other end.
  */
-extern bool fe_want_backend_req;
+Fe *fe_open_backend_req(const char *sock, unsigned nregions);
 
 /* ---- framing ---- */
 
