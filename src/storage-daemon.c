@@ -475,12 +475,7 @@ static JsonNode *cmd_block_resize(QmpRequest *req, JsonObject *args, GError **er
                     dev ? dev : "", node ? node : "");
         return NULL;
     }
-    if (size < 0 || size % 512) {
-        g_set_error(errp, SD_ERROR, EINVAL,
-                    "Parameter 'size' expects a non-negative multiple of 512");
-        return NULL;
-    }
-    if (!blk_truncate(n->blk, (uint64_t)size, errp)) {
+    if (!blk_truncate(n->blk, size, errp)) {
         return NULL;
     }
     for (guint i = 0; i < sd.exports->len; i++) {

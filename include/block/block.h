@@ -157,8 +157,13 @@ unsigned blk_in_flight(BlockBackend *blk);
 
 /* Size in bytes or -errno. Context: loop thread. */
 int64_t blk_getlength(BlockBackend *blk);
-/* block_resize: grow or shrink (regular files). Context: loop thread. */
-bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp);
+/*
+ * block_resize: grow or shrink (regular files). @size comes from QMP as is: a
+ * negative size or one that is not a multiple of 512 is an error here, for every
+ * caller (virtio-blk-pci's and vblk-storage-daemon's block_resize).
+ * Context: loop thread.
+ */
+bool blk_truncate(BlockBackend *blk, int64_t size, GError **errp);
 
 /*
  * Move the backend to @loop. The backend is drained first. The caller must own

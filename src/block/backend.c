@@ -222,9 +222,14 @@ int64_t blk_getlength(BlockBackend *blk)
 }
 
 /* Context: loop thread */
-bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
+bool blk_truncate(BlockBackend *blk, int64_t size, GError **errp)
 {
     THREAD_ASSERT_MAIN();
+    if (size < 0 || size % 512) {
+        g_set_error(errp, BLOCK_ERROR, EINVAL,
+                    "Parameter 'size' expects a non-negative multiple of 512");
+        return false;
+    }
     if (blk->root->read_only) {
         g_set_error(errp, BLOCK_ERROR, EACCES, "Cannot resize a read-only device");
         return false;
@@ -234,7 +239,7 @@ bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
         return false;
     }
     blk_drain(blk);
-    return blk->root->drv->truncate(blk->root, size, errp);
+    return blk->root->drv->truncate(blk->root, (uint64_t)size, errp);
 }
 
 /* Context: loop thread */

@@ -497,12 +497,7 @@ static JsonNode *cmd_block_resize(QmpRequest *req, JsonObject *args, GError **er
     if (!s) {
         return NULL;
     }
-    if (size < 0 || size % 512) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "Parameter 'size' expects a non-negative multiple of 512");
-        return NULL;
-    }
-    if (!blk_truncate(s->backend, (uint64_t)size, errp)) {
+    if (!blk_truncate(s->backend, size, errp)) {
         return NULL;
     }
     virtio_blk_set_capacity(s->blk, (uint64_t)size / 512);

@@ -494,6 +494,14 @@ static void test_raw_window(void)
     g_assert_no_error(err);
     g_assert_cmpint(blk_getlength(blk), ==, 131072);
     g_assert_cmpint(bt_read(blk, 131072 - 512, buf, 512), ==, 0);
+    /* QMP's size as given: negative or not a multiple of 512 is refused, size unchanged */
+    g_assert_false(blk_truncate(blk, -512, &err));
+    g_assert_cmpstr(err->message, ==, "Parameter 'size' expects a non-negative multiple of 512");
+    g_clear_error(&err);
+    g_assert_false(blk_truncate(blk, 131072 + 100, &err));
+    g_assert_cmpstr(err->message, ==, "Parameter 'size' expects a non-negative multiple of 512");
+    g_clear_error(&err);
+    g_assert_cmpint(blk_getlength(blk), ==, 131072);
     blk_unref(blk);
     blk = bt_drive("file=%s,readonly=on", path);
     g_assert_cmpint(bt_write(blk, 0, buf, 512), ==, -EPERM);
