@@ -15,6 +15,10 @@
 # last passing boot, a fresh boot runs the same job with verify_only=1 over
 # the same image ($FL_VERIFY_ONLY).
 #
+# FL_VMM=qemu runs the same boots under QEMU 7.2 (the control; L1 needs
+# scripts/nested --qemu): FL_DP=on gives it an iothread, and as QEMU cannot
+# switch paths, only stop/cont is sent (the same cadence).
+#
 # A boot ends as one of:
 #   pass          fio rc=0, VBLK-EXIT 0, vblk status 0, no QMP error
 #   triple-fault  vblk status 2 (stderr has the vCPU's registers)
@@ -48,10 +52,11 @@ FL_DEADLINE=${FL_DEADLINE:-900}   # s per boot before it counts as a hang
 FL_VERIFY_ONLY=${FL_VERIFY_ONLY:-1}
 FL_KEEP=${FL_KEEP:-0}             # keep the logs of passing boots too
 FL_PROBE=${FL_PROBE:-480}         # s after fio started: one state probe
+FL_VMM=${FL_VMM:-vblk}            # vblk | qemu (the control: QEMU 7.2, scripts/nested --qemu)
 
 dir=$(dirname "${VBLK_DISK:-/tmp/x}")
 [ -w "$dir" ] || dir=/tmp
-port=4540
+port=${FL_PORT:-4540}               # QMP ports: FL_PORT+1, +2... one per boot
 ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
 trap '' PIPE
 
@@ -76,6 +81,7 @@ EOF
 }
 
 qmp() { echo "$1" 2>/dev/null >&3; } # vblk may be gone: no "Broken pipe" noise
+qmp_x() { [ "$FL_VMM" = qemu ] || qmp "$1"; } # vblk's own x- commands
 qmp_open() {
     rm -f "$dir/qin"; mkfifo "$dir/qin"
     nc 127.0.0.1 "$port" <"$dir/qin" >"$dir/qmp.out" 2>/dev/null &
@@ -92,12 +98,26 @@ boot() {
     jb=$(job "$vo" | base64 | tr -d '\n')
     [ "$vo" = 1 ] || { rm -f "$dir/fl.img"; truncate -s 400M "$dir/fl.img"; }
     start=$(date +%s)
-    "$VBLK_BIN" -enable-kvm -m 512 -smp "$FL_SMP" -nographic -no-reboot \
-        -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
-        -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
-        -drive "if=none,id=drive0,file=$dir/fl.img,format=raw,cache=none,aio=$FL_AIO" \
-        -device "virtio-blk-pci,id=disk0,drive=drive0,scsi=off,x-data-plane=$FL_DP" \
-        -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
+    if [ "$FL_VMM" = qemu ]; then
+        # The control: QEMU 7.2 with the same guest, job, disk and QMP load. It
+        # cannot switch paths, so FL_DP picks one (on = an iothread) and only
+        # stop/cont is sent (every 10th 0.3 s tick, as with switching).
+        iot=""; [ "$FL_DP" = on ] && iot=",iothread=io0"
+        "$VBLK_QEMU" -enable-kvm -cpu host -m 512 -smp "$FL_SMP" -nodefaults -nographic \
+            -serial stdio -monitor none -no-reboot -object iothread,id=io0 \
+            -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+            -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
+            -drive "if=none,id=drive0,file=$dir/fl.img,format=raw,cache=none,aio=$FL_AIO" \
+            -device "virtio-blk-pci,id=disk0,drive=drive0$iot" \
+            -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
+    else
+        "$VBLK_BIN" -enable-kvm -m 512 -smp "$FL_SMP" -nographic -no-reboot \
+            -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
+            -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
+            -drive "if=none,id=drive0,file=$dir/fl.img,format=raw,cache=none,aio=$FL_AIO" \
+            -device "virtio-blk-pci,id=disk0,drive=drive0,scsi=off,x-data-plane=$FL_DP" \
+            -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
+    fi
     vpid=$!
     i=0; while ! grep -q 'VBLK-FIO-JOB' "$log" 2>/dev/null && kill -0 "$vpid" 2>/dev/null &&
         [ $i -lt 300 ]; do sleep 1; i=$((i + 1)); done
@@ -109,19 +129,23 @@ boot() {
             probed=1
             echo "# boot $n: fio still runs after $FL_PROBE s: probe"
             qmp '{"execute":"query-status"}'
-            qmp '{"execute":"x-query-virtio-blk-dataplane"}'
-            qmp '{"execute":"x-debug-state"}'
+            qmp '{"execute":"query-blockstats"}'
+            qmp_x '{"execute":"x-query-virtio-blk-dataplane"}'
+            qmp_x '{"execute":"x-debug-state"}'
             sleep 10
-            qmp '{"execute":"x-query-virtio-blk-dataplane"}'
-            qmp '{"execute":"x-debug-state"}'
+            qmp '{"execute":"query-blockstats"}'
+            qmp_x '{"execute":"x-query-virtio-blk-dataplane"}'
+            qmp_x '{"execute":"x-debug-state"}'
             sleep 1
             grep '"requests"\|"status"' "$dir/qmp.out" | tail -n 3 | cut -c1-600 | sed 's/^/#   probe qmp: /'
             grep 'debug-state' "$log" | tail -n 24 | sed 's/^/#   probe: /'
         fi
         sleep 0.3
         [ "$FL_SWITCH" = 1 ] && [ "$vo" = 0 ] || continue
-        if [ "$dp" = on ]; then dp=off; v=false; else dp=on; v=true; fi
-        qmp "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\",\"property\":\"x-data-plane\",\"value\":$v}}"
+        if [ "$FL_VMM" != qemu ]; then
+            if [ "$dp" = on ]; then dp=off; v=false; else dp=on; v=true; fi
+            qmp "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"/machine/peripheral/disk0\",\"property\":\"x-data-plane\",\"value\":$v}}"
+        fi
         flips=$((flips + 1))
         if [ "$FL_STOPCONT" = 1 ] && [ $((flips % 10)) -eq 0 ]; then
             qmp '{"execute":"stop"}'; sleep 0.1; qmp '{"execute":"cont"}'
@@ -131,15 +155,16 @@ boot() {
     if [ $hung = 1 ]; then
         echo "# boot $n: still running after $FL_DEADLINE s: state dump, then kill"
         qmp '{"execute":"query-status"}'
-        qmp '{"execute":"x-query-virtio-blk-dataplane"}'
-        qmp '{"execute":"x-debug-state"}'
+        qmp '{"execute":"query-blockstats"}'
+        qmp_x '{"execute":"x-query-virtio-blk-dataplane"}'
+        qmp_x '{"execute":"x-debug-state"}'
         sleep 2
-        kill -USR2 "$vpid" 2>/dev/null
+        [ "$FL_VMM" = qemu ] || kill -USR2 "$vpid" 2>/dev/null
         sleep 3
         kill -9 "$vpid" 2>/dev/null
     fi
     qmp '{"execute":"query-status"}'
-    qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+    qmp_x '{"execute":"x-query-virtio-blk-dataplane"}'
     i=0; while kill -0 "$vpid" 2>/dev/null && [ $i -lt 120 ]; do sleep 1; i=$((i + 1)); done
     if kill -0 "$vpid" 2>/dev/null; then
         echo "# boot $n: fio reported but vblk did not exit within 120 s: state dump, then kill"
@@ -162,7 +187,7 @@ boot() {
     fi
     echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
         "switches=${sw:-0} flips=$flips stopcont=$stops qmp_errors=$qerr secs=$(($(date +%s) - start))" \
-        "dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE"
+        "dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE vmm=$FL_VMM"
     if [ $result != pass ]; then
         grep -E 'triple fault|vCPU [0-9]+: (RIP|CR0|CS|RAX|RSI)|debug-state|KVM_EXIT|Kernel panic|BUG|Oops|RIP:|VBLK-|vblk:' "$log" |
             grep -v 'VBLK-IRQ' | tail -n 60 | sed 's/^/#   /'
@@ -173,7 +198,7 @@ boot() {
     fi
 }
 
-echo "# t-flushload: runs=$FL_RUNS switch=$FL_SWITCH stopcont=$FL_STOPCONT dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE size=$FL_SIZE smp=$FL_SMP"
+echo "# t-flushload: vmm=$FL_VMM runs=$FL_RUNS switch=$FL_SWITCH stopcont=$FL_STOPCONT dp=$FL_DP aio=$FL_AIO engine=$FL_ENGINE size=$FL_SIZE smp=$FL_SMP"
 pass=0; fails=""
 k=1
 while [ $k -le "$FL_RUNS" ]; do
