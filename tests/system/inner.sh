@@ -770,11 +770,28 @@ for c in "vuq-vblk vblk -" "vuq-restart vblk restart" "vuq-qsd qsd -"; do
 done
 }
 
+# 21. Issue 15's job, short (tests/system/t-flushload.sh; docs/reliability.md):
+# fio 16 KiB randwrite QD50, crc32c verify, fsync every 16 writes, over 128 MiB,
+# while QMP flips x-data-plane every 0.3 s and does stop/cont every 10th flip;
+# then a fresh boot verifies the same image (verify_only). A pass needs fio's
+# clean verify on both boots, vblk's status 0, no QMP error and switches counted.
+s21() {
+( env FL_RUNS=1 FL_SIZE=128M FL_DEADLINE=500 FL_PROBE=400 FL_PORT=4800 \
+    sh "${VBLK_FILES:-$(dirname "$0")}/t-flushload.sh"; echo "flushload-status $?" ) >"$dir/fl.log" 2>&1
+grep -E '^T-FLUSHLOAD' "$dir/fl.log" | sed 's/^/# /'
+grep -q 'Kernel panic' "$dir/fl.log" && harness_flake="guest kernel panic under the flushing load"
+if grep -q '^flushload-status 0$' "$dir/fl.log"; then
+    ok "flushing write load with x-data-plane flips and stop/cont: fio verify clean, then verify_only on a fresh boot"
+else
+    nok "flushing write load with x-data-plane flips and stop/cont" "$dir/fl.log"
+fi
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=20
+nsections=21
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}

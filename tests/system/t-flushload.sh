@@ -28,6 +28,8 @@
 #   silent-end    vblk status 0 but fio never reported (the symptom)
 #   fio-fail      fio reported rc != 0 (verify failure...)
 #   qmp-error     everything passed but a QMP command failed
+#   no-switch     everything passed, but the dataplane counters show no switch
+#                 although 10 or more flips were sent
 #   hang          vblk still running after $FL_DEADLINE s: x-debug-state,
 #                 query-status, x-query-virtio-blk-dataplane and SIGUSR2 are
 #                 taken, then vblk is killed
@@ -151,6 +153,9 @@ boot() {
             qmp '{"execute":"stop"}'; sleep 0.1; qmp '{"execute":"cont"}'
             stops=$((stops + 1))
         fi
+        # the counters now and then: the guest may reboot and vblk exit before
+        # the last query is answered
+        [ $((flips % 10)) -ne 0 ] || qmp_x '{"execute":"x-query-virtio-blk-dataplane"}'
     done
     if [ $hung = 1 ]; then
         echo "# boot $n: still running after $FL_DEADLINE s: state dump, then kill"
@@ -174,7 +179,9 @@ boot() {
     qmp_close
     cp "$dir/qmp.out" "$dir/fl-$n.qmp"
     fio_rc=$(grep -o 'VBLK-FIO-RC name=[^ ]* rc=[0-9]*' "$log" | tail -1 | sed 's/.*rc=//')
-    sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | tail -1 | cut -d' ' -f2)
+    # the largest count seen: the guest's reboot at the end resets the device,
+    # and with it the counters
+    sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
     qerr=$(grep -c '"error"' "$dir/qmp.out")
     if [ $hung = 1 ]; then result=hang
     elif [ $rc -eq 2 ]; then result=triple-fault
@@ -183,6 +190,8 @@ boot() {
     elif [ -z "$fio_rc" ]; then result=silent-end
     elif [ "$fio_rc" != 0 ] || ! grep -q 'VBLK-EXIT 0' "$log"; then result=fio-fail
     elif [ "$qerr" -ne 0 ]; then result=qmp-error
+    elif [ "$FL_VMM" = vblk ] && [ "$FL_SWITCH" = 1 ] && [ "$vo" = 0 ] && [ "$flips" -ge 10 ] &&
+        [ "${sw:-0}" -eq 0 ]; then result=no-switch
     else result=pass
     fi
     echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
