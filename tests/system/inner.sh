@@ -779,7 +779,10 @@ s21() {
 ( env FL_RUNS=1 FL_SIZE=128M FL_DEADLINE=500 FL_PROBE=400 FL_PORT=4800 \
     sh "${VBLK_FILES:-$(dirname "$0")}/t-flushload.sh"; echo "flushload-status $?" ) >"$dir/fl.log" 2>&1
 grep -E '^T-FLUSHLOAD' "$dir/fl.log" | sed 's/^/# /'
+# A guest kernel panic or triple fault is the L2 crash seen in other sections
+# and under QEMU 7.2 too (docs/reliability.md): the section runs once more, visibly.
 grep -q 'Kernel panic' "$dir/fl.log" && harness_flake="guest kernel panic under the flushing load"
+grep -q 'result=triple-fault' "$dir/fl.log" && harness_flake="guest triple fault under the flushing load"
 if grep -q '^flushload-status 0$' "$dir/fl.log"; then
     ok "flushing write load with x-data-plane flips and stop/cont: fio verify clean, then verify_only on a fresh boot"
 else
