@@ -271,14 +271,29 @@ static void vp_write_status(VirtIOPCI *vp, uint8_t val)
             val &= ~VIRTIO_CONFIG_S_FEATURES_OK;
         }
     }
+    if ((old & VIRTIO_CONFIG_S_DRIVER_OK) && !(val & VIRTIO_CONFIG_S_DRIVER_OK)) {
+        /*
+         * Only a reset may take DRIVER_OK away (spec 2.1.2). A driver that
+         * clears it otherwise gets the device stopped (as QEMU does) and
+         * marked NEEDS_RESET: the queues' state is the device's until a
+         * reset, so it is not started again over the same rings without one.
+         */
+        vp->ops->stop(vp->opaque);
+        __atomic_store_n(&vp->status, val | (old & VIRTIO_CONFIG_S_NEEDS_RESET), __ATOMIC_SEQ_CST);
+        virtio_pci_set_needs_reset(vp);
+        return;
+    }
     __atomic_store_n(&vp->status, val | (old & VIRTIO_CONFIG_S_NEEDS_RESET), __ATOMIC_SEQ_CST);
     if ((val & VIRTIO_CONFIG_S_DRIVER_OK) && !(old & VIRTIO_CONFIG_S_DRIVER_OK)) {
         GError *err = NULL;
 
         vp_update_guest_notifiers(vp);
-        if (!(val & VIRTIO_CONFIG_S_FEATURES_OK) || !vp->ops->start(vp->opaque, &err)) {
+        if (!(val & VIRTIO_CONFIG_S_FEATURES_OK) || (old & VIRTIO_CONFIG_S_NEEDS_RESET) ||
+            !vp->ops->start(vp->opaque, &err)) {
             error_report_id(vp->conf.name, "cannot start: %s",
-                            err ? err->message : "DRIVER_OK without FEATURES_OK");
+                            err                                    ? err->message
+                            : !(val & VIRTIO_CONFIG_S_FEATURES_OK) ? "DRIVER_OK without FEATURES_OK"
+                                                                   : "the device needs a reset");
             g_clear_error(&err);
             __atomic_and_fetch(&vp->status, (uint8_t)~VIRTIO_CONFIG_S_DRIVER_OK, __ATOMIC_SEQ_CST);
             virtio_pci_set_needs_reset(vp);

@@ -473,6 +473,50 @@ static void test_abuse_features(void)
     tp_cleanup(&t);
 }
 
+/*
+ * DRIVER_OK taken away without a reset: the device is stopped once, marked
+ * NEEDS_RESET, and not started again over the same rings until a reset; every
+ * start is matched by one stop.
+ */
+static void test_abuse_driver_ok_cleared(void)
+{
+    const uint8_t feat = VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER |
+                         VIRTIO_CONFIG_S_FEATURES_OK;
+    Tp t;
+
+    if (!tp_init(&t)) {
+        return;
+    }
+    driver_ok(&t);
+    g_assert_cmpuint(counts.starts, ==, 1);
+    g_assert_cmpuint(counts.stops, ==, 0);
+    cc_write(&t, VIRTIO_PCI_COMMON_STATUS, 1, feat);
+    g_assert_cmpuint(counts.stops, ==, 1);
+    g_assert_cmphex(cc_read(&t, VIRTIO_PCI_COMMON_STATUS, 1), ==,
+                    feat | VIRTIO_CONFIG_S_NEEDS_RESET);
+    /* Doorbells go nowhere now. */
+    iobus_write(t.f.pf.mmio, t.common + 0x3000, 2, 0);
+    g_assert_cmpuint(counts.notifies, ==, 0);
+    /* Set again (and flipped a few times): no second start without a reset. */
+    for (unsigned i = 0; i < 4; i++) {
+        cc_write(&t, VIRTIO_PCI_COMMON_STATUS, 1, feat | VIRTIO_CONFIG_S_DRIVER_OK);
+        cc_write(&t, VIRTIO_PCI_COMMON_STATUS, 1, feat);
+    }
+    g_assert_cmpuint(counts.starts, ==, 1);
+    g_assert_cmpuint(counts.stops, ==, 1);
+    /* A reset clears it, and the device starts again. */
+    cc_write(&t, VIRTIO_PCI_COMMON_STATUS, 1, 0);
+    g_assert_cmpuint(counts.stops, ==, 1);
+    driver_ok(&t);
+    g_assert_cmpuint(counts.starts, ==, 2);
+    g_assert_cmphex(cc_read(&t, VIRTIO_PCI_COMMON_STATUS, 1) & VIRTIO_CONFIG_S_NEEDS_RESET, ==, 0);
+    iobus_write(t.f.pf.mmio, t.common + 0x3000, 2, 0);
+    g_assert_cmpuint(counts.notifies, ==, 1);
+    check_alive(&t);
+    g_assert_cmpuint(counts.stops, ==, 2);
+    tp_cleanup(&t);
+}
+
 /* Queue sizes, fields after enable, disable, and queues that do not exist. */
 static void test_abuse_queue_fields(void)
 {
@@ -583,6 +627,7 @@ int main(int argc, char **argv)
     g_test_add_func("/virtio-pci/abuse/msix-bar", test_abuse_msix_bar);
     g_test_add_func("/virtio-pci/abuse/masked-signal", test_abuse_masked_signal);
     g_test_add_func("/virtio-pci/abuse/features", test_abuse_features);
+    g_test_add_func("/virtio-pci/abuse/driver-ok-cleared", test_abuse_driver_ok_cleared);
     g_test_add_func("/virtio-pci/abuse/queue-fields", test_abuse_queue_fields);
     g_test_add_func("/virtio-pci/abuse/notify-storm", test_abuse_notify_storm);
     g_test_add_func("/virtio-pci/abuse/bar4-windows", test_abuse_bar4_windows);
