@@ -3,12 +3,16 @@
 
     l1-probe.py SOCKET state   print run state, each vCPU's registers and local APIC
     l1-probe.py SOCKET nmi     inject an NMI into every vCPU of L1
+    l1-probe.py SOCKET key     press and release shift on L1's PS/2 keyboard
 
 Used by scripts/nested when the command in L1 printed nothing for --silence
 seconds: first the state (whether L1's vCPUs are halted, with interrupts
 enabled, and whether its APIC timer is armed or an interrupt sits in IRR
-undelivered), then an NMI, which wakes a halted vCPU; whether output resumes
-afterwards tells a lost wakeup from a dead L1. Prints to stdout; exit status 1
+undelivered), then an NMI, which wakes a halted vCPU; then a key press, an
+external interrupt through the IOAPIC, which makes the emulated local APIC
+re-evaluate what it has pending (an NMI does not: on 2026-12-03 an L1 sat
+halted with IF=1 and vectors 236, 251, 253 in IRR, and stayed so after the
+NMI). Whether output resumes afterwards tells a lost wakeup from a dead L1. Prints to stdout; exit status 1
 when the socket does not answer.
 """
 import json
@@ -46,7 +50,7 @@ def keep(text, words):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("state", "nmi"):
+    if len(sys.argv) != 3 or sys.argv[2] not in ("state", "nmi", "key"):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     try:
@@ -54,6 +58,10 @@ def main():
         if sys.argv[2] == "nmi":
             r = q.cmd("inject-nmi")
             print("L1 probe: inject-nmi: %s" % ("ok" if r == {} else r))
+            return 0
+        if sys.argv[2] == "key":
+            r = q.cmd("send-key", keys=[{"type": "qcode", "data": "shift"}])
+            print("L1 probe: send-key shift: %s" % ("ok" if r == {} else r))
             return 0
         st = q.cmd("query-status")
         print("L1 probe: status %s" % (st.get("status") if isinstance(st, dict) else st))
