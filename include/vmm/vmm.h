@@ -111,8 +111,6 @@ void vm_free(Vm *vm);
 
 /* Context: any thread */
 int vm_fd(Vm *vm);
-/* Context: any thread. The memfd backing all guest RAM (offsets follow region order). */
-int vm_ram_memfd(Vm *vm);
 /* Context: any thread. RAM regions in ascending gpa order. */
 const VmRamRegion *vm_ram_regions(Vm *vm, size_t *n);
 /* Context: any thread. Host pointer for [gpa, gpa + len) if it lies in one region, else NULL. */

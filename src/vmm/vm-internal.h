@@ -50,7 +50,6 @@ struct Vm {
     VmConfig cfg;
     int kvm_fd;
     int vm_fd;
-    int ram_fd;
     void *ram;
     size_t ram_map_size;
     VmRamRegion regions[2];
