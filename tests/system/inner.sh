@@ -20,10 +20,29 @@ trap '' PIPE # a QMP client that went away must fail a write, not end the suite
 # stall_report LOG: what a vblk that did not end was doing, from its log: the
 # state dump of x-debug-state (vCPUs and their RIP, the UART, each queue's ring
 # indices with a verdict) and the guest's last console lines.
+# l1_io_report: L1's own side of a stall: its disks' requests in flight and the
+# tasks in D state (uninterruptible, e.g. waiting for a disk) with their kernel
+# stacks. A host I/O of vblk's that never completes shows here as a request
+# stuck in L1's disk, not in vblk (issue 15: a hang with one libaio request in
+# flight and vblk's iothread idle in epoll_wait).
+l1_io_report() {
+    for f in /sys/block/*/inflight; do
+        [ -r "$f" ] || continue
+        read -r rd wr < "$f" 2>/dev/null || continue
+        [ "$rd$wr" = 00 ] || echo "#   L1 disk $(basename "$(dirname "$f")"): in flight reads $rd writes $wr"
+    done
+    for d in /proc/[0-9]*; do
+        st=$(sed 's/.*) //' "$d/stat" 2>/dev/null | cut -d' ' -f1)
+        [ "$st" = D ] || continue
+        echo "#   L1 task in D state: ${d#/proc/} $(cat "$d/comm" 2>/dev/null)"
+        head -n 12 "$d/stack" 2>/dev/null | sed 's/^/#     /'
+    done
+}
 stall_report() {
     grep 'debug-state: \(vm:\|vCPU\|uart:\|device .* ring:\)' "$1" | tail -n 8 |
         sed 's/.*debug-state: /#   state: /' | cut -c1-400
     grep -v 'debug-state:' "$1" | tail -n 3 | cut -c1-300 | sed 's/^/#   log: /'
+    l1_io_report
 }
 
 # run_vblk_once LOG APPEND ARGS...: boot the guest image with a QMP server on the

@@ -82,6 +82,24 @@ EOF
     [ "$1" = 1 ] && echo "verify_only=1"
 }
 
+# l1_io_report: L1's own side of a stall: its disks' requests in flight and the
+# tasks in D state (uninterruptible, e.g. waiting for a disk) with their kernel
+# stacks. A host I/O of vblk's that never completes shows here as a request
+# stuck in L1's disk, not in vblk (issue 15: a hang with one libaio request in
+# flight and vblk's iothread idle in epoll_wait).
+l1_io_report() {
+    for f in /sys/block/*/inflight; do
+        [ -r "$f" ] || continue
+        read -r rd wr < "$f" 2>/dev/null || continue
+        [ "$rd$wr" = 00 ] || echo "#   L1 disk $(basename "$(dirname "$f")"): in flight reads $rd writes $wr"
+    done
+    for d in /proc/[0-9]*; do
+        st=$(sed 's/.*) //' "$d/stat" 2>/dev/null | cut -d' ' -f1)
+        [ "$st" = D ] || continue
+        echo "#   L1 task in D state: ${d#/proc/} $(cat "$d/comm" 2>/dev/null)"
+        head -n 12 "$d/stack" 2>/dev/null | sed 's/^/#     /'
+    done
+}
 qmp() { echo "$1" 2>/dev/null >&3; } # vblk may be gone: no "Broken pipe" noise
 qmp_x() { [ "$FL_VMM" = qemu ] || qmp "$1"; } # vblk's own x- commands
 qmp_open() {
@@ -141,6 +159,7 @@ boot() {
             sleep 1
             grep '"requests"\|"status"' "$dir/qmp.out" | tail -n 3 | cut -c1-600 | sed 's/^/#   probe qmp: /'
             grep 'debug-state' "$log" | tail -n 24 | sed 's/^/#   probe: /'
+            l1_io_report
         fi
         sleep 0.3
         [ "$FL_SWITCH" = 1 ] && [ "$vo" = 0 ] || continue
@@ -166,6 +185,7 @@ boot() {
         sleep 2
         [ "$FL_VMM" = qemu ] || kill -USR2 "$vpid" 2>/dev/null
         sleep 3
+        l1_io_report
         kill -9 "$vpid" 2>/dev/null
     fi
     qmp '{"execute":"query-status"}'
