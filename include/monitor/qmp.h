@@ -208,6 +208,16 @@ const char *qmp_run_state_peek_name(void);
 void qmp_run_state_set(QmpRunState state);
 /* Stop the VM as "stop" does, ending in @state (paused, io-error, ...); STOP event. */
 bool qmp_vm_stop(QmpRunState state, GError **errp);
+/*
+ * Ask for qmp_vm_stop(@state) from the main loop, soon, as QEMU's
+ * qemu_system_vmstop_request(): for callers that must not pause the VM
+ * themselves (pausing drops the BQL), e.g. a werror=stop failure inside a
+ * completion callback. Only a running VM gets one; any number of calls before
+ * it runs make one stop; `cont` before it runs cancels it.
+ */
+void qmp_vm_stop_request(QmpRunState state);
+/* "cont": resume the VM (the machine's cont hook: vCPUs, parked I/O); RESUME event. */
+bool qmp_vm_cont(GError **errp);
 /* Events with QEMU's data shape, for guest-initiated transitions. */
 void qmp_emit_shutdown(bool guest, const char *reason);
 void qmp_emit_reset(bool guest, const char *reason);

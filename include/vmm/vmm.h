@@ -6,7 +6,7 @@
  *   [0, min(ram, 3 GiB))         RAM, memory slot 0
  *   [3 GiB, 4 GiB)               MMIO hole: PCI BARs, IOAPIC, LAPIC, TSS
  *   [4 GiB, 4 GiB + ram - 3 GiB) RAM, memory slot 1 (only if ram > 3 GiB)
- * All RAM lives in one memfd so another thread or process can map it.
+ * All RAM is one anonymous mapping, 2 MiB aligned and advised for THP.
  */
 #ifndef VBLK_VMM_H
 #define VBLK_VMM_H

@@ -683,30 +683,6 @@ static void register_commands(void)
 
 /* ---- werror/rerror and cont ---- */
 
-/*
- * werror/rerror=stop pauses the VM from an idle callback of the main loop, not
- * from the error hook: the hook runs inside a completion callback (block
- * layer) or a dataplane BH, and pausing drops the BQL, under which a vCPU
- * could reset the device and free what that caller still uses. QEMU defers it
- * the same way (qemu_system_vmstop_request). One request for any number of
- * errors; the BLOCK_IO_ERROR events are emitted at once.
- */
-static guint io_error_stop_src; /* main thread */
-
-/* Context: main loop, BQL held */
-static gboolean io_error_stop(gpointer unused)
-{
-    GError *err = NULL;
-
-    io_error_stop_src = 0;
-    if (qmp_run_state_get() != QMP_RUN_STATE_IO_ERROR &&
-        !qmp_vm_stop(QMP_RUN_STATE_IO_ERROR, &err)) {
-        error_report("werror=stop: %s", err->message);
-        g_error_free(err);
-    }
-    return G_SOURCE_REMOVE;
-}
-
 /* Context: main loop, BQL held */
 void blk_pci_io_error(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *ev)
 {
@@ -721,9 +697,14 @@ void blk_pci_io_error(void *opaque, BlockBackend *blk, const BlockIOErrorEvent *
     add_str(b, "reason", ev->reason);
     json_builder_end_object(b);
     qmp_event_emit("BLOCK_IO_ERROR", build(b));
-    if (ev->action_id == BLOCK_ERR_ACTION_STOP && !io_error_stop_src) {
-        /* not at idle priority: a busy main loop would never get to it */
-        io_error_stop_src = g_idle_add_full(G_PRIORITY_DEFAULT, io_error_stop, NULL, NULL);
+    if (ev->action_id == BLOCK_ERR_ACTION_STOP) {
+        /*
+         * Not qmp_vm_stop() here: this hook runs inside a block-layer
+         * completion callback or the dataplane's error BH, and pausing drops
+         * the BQL, under which a vCPU could reset the device and free what
+         * that caller still uses. The main loop stops the VM next.
+         */
+        qmp_vm_stop_request(QMP_RUN_STATE_IO_ERROR);
     }
 }
 

@@ -186,8 +186,43 @@ bool qmp_vm_stop(QmpRunState state, GError **errp)
     return true;
 }
 
+/* A stop asked for by qmp_vm_stop_request(), not yet done: its idle source. */
+static guint stop_request_src;
+static QmpRunState stop_request_state;
+
+static gboolean stop_request_run(gpointer unused)
+{
+    GError *err = NULL;
+
+    stop_request_src = 0;
+    if (!qmp_vm_stop(stop_request_state, &err)) {
+        g_printerr("vblk: stopping the VM (%s): %s\n", qmp_run_state_name(stop_request_state),
+                   err->message);
+        g_error_free(err);
+    }
+    return G_SOURCE_REMOVE;
+}
+
 /* Context: monitor thread */
-static bool qmp_vm_start(GError **errp)
+void qmp_vm_stop_request(QmpRunState state)
+{
+    if (qmp_state != QMP_RUN_STATE_RUNNING || stop_request_src) {
+        return;
+    }
+    stop_request_state = state;
+    {
+        /* the monitor's context; not at idle priority: a busy loop would starve it */
+        GSource *src = g_idle_source_new();
+
+        g_source_set_priority(src, G_PRIORITY_DEFAULT);
+        g_source_set_callback(src, stop_request_run, NULL, NULL);
+        stop_request_src = g_source_attach(src, qmp_context());
+        g_source_unref(src);
+    }
+}
+
+/* Context: monitor thread */
+bool qmp_vm_cont(GError **errp)
 {
     if (qmp_state == QMP_RUN_STATE_SHUTDOWN || qmp_state == QMP_RUN_STATE_INTERNAL_ERROR ||
         qmp_state == QMP_RUN_STATE_GUEST_PANICKED) {
@@ -196,6 +231,21 @@ static bool qmp_vm_start(GError **errp)
         return false;
     }
     if (qmp_state == QMP_RUN_STATE_RUNNING) {
+        if (stop_request_src) {
+            /*
+             * As QEMU's vm_prepare_start(): `cont` cancels a stop that was
+             * asked for and not yet done, with a STOP/RESUME pair of events;
+             * unlike QEMU, what waits for `cont` (I/O parked by werror=stop)
+             * is resumed too, instead of waiting for the next stop and cont.
+             */
+            g_source_destroy(g_main_context_find_source_by_id(qmp_context(), stop_request_src));
+            stop_request_src = 0;
+            if (qmp_hooks.cont && !qmp_hooks.cont(qmp_hooks.opaque, errp)) {
+                return false;
+            }
+            qmp_event_emit("STOP", NULL);
+            qmp_event_emit("RESUME", NULL);
+        }
         return true;
     }
     if (qmp_hooks.cont && !qmp_hooks.cont(qmp_hooks.opaque, errp)) {
@@ -250,7 +300,7 @@ static JsonNode *cmd_stop(QmpRequest *req, JsonObject *args, GError **errp)
 
 static JsonNode *cmd_cont(QmpRequest *req, JsonObject *args, GError **errp)
 {
-    return qmp_vm_start(errp) ? empty_object() : NULL;
+    return qmp_vm_cont(errp) ? empty_object() : NULL;
 }
 
 static JsonNode *cmd_system_powerdown(QmpRequest *req, JsonObject *args, GError **errp)

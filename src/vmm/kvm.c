@@ -147,12 +147,31 @@ static bool vm_create_ram(Vm *vm, GError **errp)
     uint64_t size = vm->cfg.ram_size;
     uint64_t low = MIN(size, VMM_MMIO_HOLE_START);
 
-    vm->ram = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (vm->ram == MAP_FAILED) {
-        vm->ram = NULL;
+    const size_t align = 2u << 20;
+    uint8_t *map, *ram;
+    size_t head, tail;
+
+    /*
+     * 2 MiB aligned: KVM maps a slot with large pages only where the host
+     * address and the guest address agree modulo 2 MiB (slot 0 starts at
+     * guest 0), and anonymous mmap() is only page aligned before Linux 6.7.
+     * Map the slack too, then give back what lies outside the aligned range.
+     */
+    map = mmap(NULL, size + align, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
         return vm_errno(errp, "guest RAM: mmap");
     }
+    ram = (uint8_t *)(((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1));
+    head = (size_t)(ram - map);
+    tail = align - head;
+    if (head) {
+        munmap(map, head);
+    }
+    if (tail) {
+        munmap(ram + size, tail);
+    }
+    vm->ram = ram;
     vm->ram_map_size = size;
     /* Best effort, as QEMU's: without THP (or with it off) the guest runs on 4 KiB pages. */
     (void)madvise(vm->ram, size, MADV_HUGEPAGE);

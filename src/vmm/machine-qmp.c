@@ -98,6 +98,15 @@ static gboolean machine_exit_ready(gint fd, GIOCondition cond, gpointer opaque)
 /* QMP hooks; they run on the main thread, which owns vm_pause()/vm_resume(). */
 static bool machine_qmp_stop(void *opaque, GError **errp)
 {
+    /*
+     * Once vblk is ending, the vCPUs are stopping anyway, and the main thread
+     * may be draining events without the BQL (machine_main_loop's end): a stop
+     * then (a werror=stop failure completing late) must not drop a lock it
+     * does not hold and take it into the teardown.
+     */
+    if (vm_exit_reason(opaque) != VM_EXIT_NONE) {
+        return true;
+    }
     /* A vCPU may be waiting for the BQL to finish its exit: let it, then pause. */
     vm_unlock(opaque);
     vm_pause(opaque);

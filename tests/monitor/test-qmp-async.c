@@ -492,6 +492,53 @@ static void test_machine(void)
     test_teardown(mon, path);
 }
 
+/*
+ * qmp_vm_stop_request(): the stop happens in the main loop, once for any
+ * number of requests, only from running, and `cont` before it cancels it
+ * (STOP/RESUME, and the cont hook runs: parked I/O is resumed).
+ */
+static void test_stop_request(void)
+{
+    char *path;
+    QmpMonitor *mon = test_setup(&path);
+    TClient *c = tc_connect(path);
+    QmpMachineHooks hooks = {hook_stop, hook_cont, hook_powerdown, hook_reset, hook_quit, NULL};
+
+    memset(hook_calls, 0, sizeof(hook_calls));
+    qmp_machine_set_hooks(&hooks);
+    tc_negotiate(c);
+    qmp_run_state_set(QMP_RUN_STATE_RUNNING);
+    qmp_vm_stop_request(QMP_RUN_STATE_IO_ERROR);
+    qmp_vm_stop_request(QMP_RUN_STATE_IO_ERROR);
+    g_assert_cmpint(hook_calls[0], ==, 0); /* not from inside the caller */
+    g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_RUNNING);
+    expect_event(c, "\"event\": \"STOP\"}");
+    g_assert_cmpint(hook_calls[0], ==, 1);
+    g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_IO_ERROR);
+    /* Stopped already: no request, so nothing follows the next cont. */
+    qmp_vm_stop_request(QMP_RUN_STATE_IO_ERROR);
+    g_assert_true(qmp_vm_cont(NULL));
+    expect_event(c, "\"event\": \"RESUME\"}");
+    test_pump(20);
+    g_assert_cmpint(hook_calls[0], ==, 1);
+    g_assert_cmpint(hook_calls[1], ==, 1);
+    g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_RUNNING);
+    /* cont before the stop ran: cancelled, STOP then RESUME, the cont hook ran. */
+    qmp_vm_stop_request(QMP_RUN_STATE_IO_ERROR);
+    g_assert_true(qmp_vm_cont(NULL));
+    expect_event(c, "\"event\": \"STOP\"}");
+    expect_event(c, "\"event\": \"RESUME\"}");
+    test_pump(20);
+    g_assert_cmpint(hook_calls[0], ==, 1);
+    g_assert_cmpint(hook_calls[1], ==, 2);
+    g_assert_cmpint(qmp_run_state_get(), ==, QMP_RUN_STATE_RUNNING);
+    tc_send(c, "{\"execute\":\"query-status\"}");
+    tc_expect(c, "{\"return\": {\"status\": \"running\", \"singlestep\": false, \"running\": "
+                 "true}}");
+    tc_close(c);
+    test_teardown(mon, path);
+}
+
 /* ---- disconnects ------------------------------------------------------- */
 
 static JsonNode *cmd_big(QmpRequest *req, JsonObject *args, GError **errp)
@@ -558,6 +605,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/hmp-complete", test_hmp_complete);
     g_test_add_func("/qmp/hmp-qtree", test_hmp_qtree);
     g_test_add_func("/qmp/machine", test_machine);
+    g_test_add_func("/qmp/stop-request", test_stop_request);
     g_test_add_func("/qmp/disconnect", test_disconnect);
     return g_test_run();
 }
