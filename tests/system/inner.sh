@@ -811,11 +811,59 @@ else
 fi
 }
 
+# 22. A remote disk in the guest (issue 13): qemu-storage-daemon in L1 exports a
+# raw file over NBD on a unix socket, vblk's disk is that export (libnbd, the
+# -drive URI form) with x-data-plane on at boot, and the guest's fio crc32c
+# verify runs while QMP flips x-data-plane 20 times (both paths, their switch).
+# The dataplane has its own NBD connection, so the server must take two.
+s22() {
+if ! command -v qemu-storage-daemon >/dev/null; then
+    echo "skip - NBD disk in the guest: no qemu-storage-daemon in L1 (scripts/systest passes --qemu)"
+    return
+fi
+rm -f "$dir/nbd.img" "$dir/nbd.sock"; truncate -s 256M "$dir/nbd.img"
+qemu-storage-daemon --blockdev "driver=file,node-name=f0,filename=$dir/nbd.img" \
+    --nbd-server "addr.type=unix,addr.path=$dir/nbd.sock" \
+    --export type=nbd,id=e0,node-name=f0,name=d0,writable=on >"$dir/nbd-qsd.log" 2>&1 &
+qsd=$!
+i=0; while ! [ -S "$dir/nbd.sock" ] && kill -0 $qsd 2>/dev/null && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
+vblk_qmp_launch "$dir/nbd.log" "VBLK-FIO-JOB 120" "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=64M" \
+    -smp 1 -no-reboot -drive "if=none,id=drive0,file=nbd+unix:///d0?socket=$dir/nbd.sock,format=raw" \
+    -device virtio-blk-pci,id=disk0,drive=drive0,x-data-plane=on
+k=0
+while [ $k -lt 10 ] && kill -0 "$vpid" 2>/dev/null; do
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":false}}'
+    sleep 0.3
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":true}}'
+    sleep 0.3
+    k=$((k + 1))
+done
+qmp '{"execute":"query-block"}'
+qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+vblk_qmp_reap
+kill $qsd 2>/dev/null; wait $qsd 2>/dev/null
+sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
+echo "# switches=${sw:-0} (of 20 flips sent)"
+# the host file holds the guest's data: fio wrote its verify pattern over 64 MiB
+kib=$(blocks_kib "$dir/nbd.img")
+echo "# host file: $kib KiB allocated"
+if [ $rc -eq 0 ] && [ "${sw:-0}" -ge 20 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/nbd.log" &&
+    ! grep -q '"error"' "$dir/qmp.out" && grep -q '"drv": "nbd"\|nbd+unix\|"nbd"' "$dir/qmp.out" &&
+    [ "$kib" -ge 32768 ]; then
+    ok "NBD disk (qemu-storage-daemon export, unix socket): fio crc32c verify with 20 x-data-plane switches"
+else
+    nok "NBD disk: fio crc32c verify with 20 x-data-plane switches (rc=$rc switches=${sw:-0} host KiB=$kib)" "$dir/nbd.log"
+    tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
+    tail -n 5 "$dir/nbd-qsd.log" | sed 's/^/#   qsd: /'
+fi
+rm -f "$dir/nbd.img"
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=21
+nsections=22
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
