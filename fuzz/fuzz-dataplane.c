@@ -489,7 +489,8 @@ typedef struct GVq {
     uint16_t used0, used_seen;
     uint64_t made_avail; /* heads published so far */
     uint64_t consumed;   /* used elements checked */
-    uint32_t avail_count[65536]; /* multiset of published heads */
+    uint32_t avail_count[MAX_QSIZE]; /* multiset of published heads (those < num: a used id
+                                        at or above num fails before it is looked up) */
     /* per head (clean inputs): what the chain offers */
     bool tracked[MAX_QSIZE];
     uint64_t status_gpa[MAX_QSIZE];
@@ -1081,7 +1082,11 @@ static void publish(Guest *g, GVq *v, uint16_t extra, uint8_t flags)
     newidx = (uint16_t)(v->avail_idx + v->npend + extra);
     /* What the device may legitimately take: the ring slots now published. */
     for (uint16_t i = v->avail_idx; i != newidx; i++) {
-        v->avail_count[le16toh(a->ring[i % v->num])]++;
+        uint16_t head = le16toh(a->ring[i % v->num]);
+
+        if (head < v->num) {
+            v->avail_count[head]++;
+        }
         v->made_avail++;
     }
     if (extra) {
