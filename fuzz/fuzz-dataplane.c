@@ -126,7 +126,11 @@ enum { DISK_FILE, DISK_DIRECT, DISK_NBD, NDISKS };
  * the queue count; seg bit 7: every queue at once, one batch), bit 0: and
  * move avail->idx on by aux more, bit 1: dataplane_resume() first, bit 2:
  * toggle the throttle of the kicked queues' dataplanes (limits off if on,
- * else this input's limits with empty buckets); shape bit 1:
+ * else this input's limits with empty buckets); seg bit 6: before all that,
+ * remap as x-blockdev-remap-vqs does on a running guest (every dataplane
+ * stopped and checked, the queues moved from one dataplane to two or back,
+ * mapping seg bits 4-5, the first dataplane's throttle state and levels and
+ * the input's error policy handed to the new ones, started again); shape bit 1:
  * VRING_AVAIL_F_NO_INTERRUPT, bit 2: used_event = shape >> 3. kind 0xf8-0xff
  * is a poke: 12 bytes (from sector[0]) written at offset seg | aux << 8 of
  * region shape & 1, before the device starts. Any other kind is a request
@@ -159,6 +163,7 @@ typedef struct Rec {
 #define SEG_BOGUS (SEG_BAD_NEXT | SEG_NESTED)
 /* kick record: seg */
 #define KICK_ALL      0x80
+#define KICK_REMAP    0x40 /* first move the queues to other dataplanes (bits 4-5: the mapping) */
 
 typedef struct Harness {
     IOThread *iothread[NDPS];
@@ -186,7 +191,7 @@ static bool verbose; /* FUZZ_DATAPLANE_VERBOSE=1: print every used element */
 static struct {
     uint64_t inputs, nq[MAX_NQ + 1], two_dps, both_dps_completed, engine[NENGINES];
     uint64_t throttled_inputs, throttle_waits, deferred, restarted, toggles, kick_all;
-    uint64_t nbd_requests, mq_requests;
+    uint64_t nbd_requests, mq_requests, remaps;
 } stats;
 
 /* ---- watchdog ---- */
@@ -281,7 +286,7 @@ static void print_stats(void)
             "iothreads %llu (both completed requests %llu); engines null %llu io_uring %llu "
             "native %llu io_uring-direct %llu native-direct %llu nbd %llu; throttled inputs %llu, "
             "throttle waits %llu, deferred %llu, restarted after stop %llu, toggles %llu; "
-            "kick-all %llu; requests on queues > 0 %llu, on nbd %llu\n",
+            "kick-all %llu; remaps %llu; requests on queues > 0 %llu, on nbd %llu\n",
             (unsigned long long)stats.inputs, (unsigned long long)stats.nq[1],
             (unsigned long long)stats.nq[2], (unsigned long long)stats.nq[3],
             (unsigned long long)stats.nq[4], (unsigned long long)stats.two_dps,
@@ -291,7 +296,8 @@ static void print_stats(void)
             (unsigned long long)stats.engine[5], (unsigned long long)stats.throttled_inputs,
             (unsigned long long)stats.throttle_waits, (unsigned long long)stats.deferred,
             (unsigned long long)stats.restarted, (unsigned long long)stats.toggles,
-            (unsigned long long)stats.kick_all, (unsigned long long)stats.mq_requests,
+            (unsigned long long)stats.kick_all, (unsigned long long)stats.remaps,
+            (unsigned long long)stats.mq_requests,
             (unsigned long long)stats.nbd_requests);
 }
 
@@ -507,6 +513,7 @@ typedef struct GVq {
     VirtIOBlkQueue *q;
     unsigned dpi;   /* the dataplane serving it (index into Guest.dps) */
     unsigned local; /* its index among that dataplane's queues */
+    uint64_t st0[3]; /* its dataplane's counters when it took the queue */
 } GVq;
 
 typedef struct Guest {
@@ -522,6 +529,13 @@ typedef struct Guest {
     unsigned nq, ndp;
     DataPlane *dps[NDPS];  /* the dataplanes in use (ndp of them) */
     IOThread *iot[NDPS];   /* and their iothreads */
+    DataPlaneQueue dq[NDPS][MAX_NQ]; /* what each one is started with */
+    unsigned ndq[NDPS];
+    bool two;              /* the multiqueue dataplanes, spread by @pattern */
+    bool ever_two;         /* two iothreads served it at some point */
+    uint64_t done[NDPS];   /* requests completed, per iothread (H.iothread index) */
+    const uint8_t *hdr;    /* the input's header */
+    unsigned engine, k;
     ThrottleLimits limits; /* this input's (none: all off) */
     bool throttle_on[NDPS];
     GVq *vqs[MAX_NQ];
@@ -1254,82 +1268,196 @@ static unsigned map_queue(unsigned pattern, unsigned q, unsigned nq)
     }
 }
 
+/*
+ * Which dataplane serves each queue: the single-queue one (one queue, not
+ * @two), or the multiqueue ones, all queues on the first or spread over
+ * both by @pattern (an iothread left without a queue is not used). False if
+ * the engine cannot run here.
+ */
+static bool assign(Guest *g, bool two, unsigned pattern)
+{
+    DataPlane *m[NDPS];
+    unsigned qidx[NDPS][MAX_NQ], n[NDPS] = {0};
+    GError *err = NULL;
+
+    if (g->nq == 1 && !two) {
+        DataPlane *dp = get_dp(g->engine, g->k);
+
+        if (!dp) {
+            return false;
+        }
+        g->dps[0] = dp;
+        g->iot[0] = H.iothread[0];
+        g->ndp = 1;
+        g->vqs[0]->dpi = g->vqs[0]->local = 0;
+        g->two = false;
+        return true;
+    }
+    if (!get_mdps(g->engine, g->k, m)) {
+        return false;
+    }
+    for (unsigned q = 0; q < g->nq; q++) {
+        unsigned i = two ? map_queue(pattern, q, g->nq) : 0;
+
+        qidx[i][n[i]++] = q;
+    }
+    g->ndp = 0;
+    for (unsigned i = 0; i < NDPS; i++) {
+        if (!n[i]) {
+            continue;
+        }
+        if (!dataplane_set_queues(m[i], qidx[i], n[i], &err)) {
+            FAIL("dataplane_set_queues: %s", err->message);
+        }
+        for (unsigned j = 0; j < n[i]; j++) {
+            g->vqs[qidx[i][j]]->dpi = g->ndp;
+            g->vqs[qidx[i][j]]->local = j;
+        }
+        g->dps[g->ndp] = m[i];
+        g->iot[g->ndp++] = H.iothread[i];
+    }
+    g->two = two;
+    g->ever_two |= g->ndp == 2;
+    return true;
+}
+
+/* The DataPlaneQueues each dataplane is started with, and the counters it starts from. */
+static void fill_dq(Guest *g)
+{
+    memset(g->ndq, 0, sizeof(g->ndq));
+    for (unsigned q = 0; q < g->nq; q++) {
+        GVq *v = g->vqs[q];
+        DataPlaneQueueStats s;
+
+        g->dq[v->dpi][v->local] = (DataPlaneQueue){
+            .q = v->q, .host_notifier = H.kick_fd[q], .notifier = {.fd = H.call_fd[q]}};
+        g->ndq[v->dpi]++;
+        dataplane_get_queue_stats(vq_dp(g, v), v->local, &s);
+        v->st0[0] = s.requests;
+        v->st0[1] = s.completed;
+        v->st0[2] = s.throttle_waits;
+    }
+}
+
+/* What the queues' dataplanes did since fill_dq(), into the run's counters. */
+static void account(Guest *g)
+{
+    for (unsigned q = 0; q < g->nq; q++) {
+        GVq *v = g->vqs[q];
+        DataPlaneQueueStats s;
+
+        dataplane_get_queue_stats(vq_dp(g, v), v->local, &s);
+        g->done[g->iot[v->dpi] == H.iothread[1]] += s.completed - v->st0[1];
+        stats.throttle_waits += s.throttle_waits - v->st0[2];
+        stats.mq_requests += q > 0 ? s.requests - v->st0[0] : 0;
+        stats.nbd_requests += g->engine == ENGINE_NBD ? s.requests - v->st0[0] : 0;
+    }
+}
+
+/* werror/rerror and error injection of this input (none left from the last one). */
+static void configure(Guest *g)
+{
+    static const DataPlaneErrorPolicy policies[4] = {DATAPLANE_ERR_REPORT, DATAPLANE_ERR_IGNORE,
+                                                     DATAPLANE_ERR_STOP, DATAPLANE_ERR_ENOSPC};
+    uint8_t b = g->hdr[3];
+    GError *err = NULL;
+
+    for (unsigned i = 0; i < g->ndp; i++) {
+        DataPlane *dp = g->dps[i];
+
+        dataplane_inject_clear(dp);
+        dataplane_set_error_policy(dp, policies[b & 3], policies[(b >> 2) & 3]);
+        if (b & 0x10) {
+            static const int errs[4] = {EIO, ENOSPC, ENOTSUP, EINVAL};
+            IOQInjectRule rule = {.op = -1, .nth = (b & 0x80) ? 2 : 0,
+                                  .error = errs[(b >> 5) & 3]};
+
+            if (!dataplane_inject_error(dp, &rule, &err)) {
+                FAIL("inject: %s", err->message);
+            }
+        }
+    }
+}
+
+static void start_all(Guest *g)
+{
+    GError *err = NULL;
+
+    for (unsigned i = 0; i < g->ndp; i++) {
+        if (!dataplane_start(g->dps[i], g->dq[i], g->ndq[i], &err)) {
+            FAIL("dataplane_start: %s", err->message);
+        }
+    }
+}
+
+/*
+ * x-blockdev-remap-vqs on a running guest, as dp-switch.c does it: stop
+ * every dataplane (requests held by werror=stop complete with their error,
+ * as at a reset), check, move the queues (ring state and all) from one
+ * dataplane to two or back, hand the first dataplane's throttle state, its
+ * levels included, and the error policy to the new ones, start them.
+ */
+static void remap(Guest *g, unsigned pattern)
+{
+    bool two = g->two, thr = g->throttle_on[0];
+    ThrottleState ts;
+
+    stop_all(g);
+    account(g);
+    dataplane_get_throttle_state(g->dps[0], &ts);
+    if (!assign(g, !two, pattern) && !assign(g, two, pattern)) {
+        FAIL("remap: the dataplanes of before are gone");
+    }
+    stats.remaps += g->two != two;
+    fill_dq(g);
+    configure(g);
+    for (unsigned i = 0; i < g->ndp; i++) {
+        dataplane_set_throttle_state(g->dps[i], &ts);
+        g->throttle_on[i] = thr;
+    }
+    stage("remap start");
+    start_all(g);
+}
+
 static void run(const uint8_t *data, size_t size)
 {
     static const uint64_t fbits[6] = {
         BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC), BIT(VIRTIO_BLK_F_FLUSH),
         BIT(VIRTIO_BLK_F_CONFIG_WCE), BIT(VIRTIO_BLK_F_DISCARD),        BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
-    static const DataPlaneErrorPolicy policies[4] = {DATAPLANE_ERR_REPORT, DATAPLANE_ERR_IGNORE,
-                                                     DATAPLANE_ERR_STOP, DATAPLANE_ERR_ENOSPC};
     unsigned engine = (data[0] & 7) % NENGINES, k = ((data[0] >> 3) & 3) % NCONFS;
     unsigned num = 1u << (1 + (data[2] & 7) % 6);
     unsigned nq = 1 + ((data[0] >> 5) & 3);
-    bool two = data[0] & 0x80;
     Guest *g = g_new0(Guest, 1);
     VirtIOBlk *blk = H.blk[k];
     uint64_t features = virtio_blk_get_host_features(blk);
     const Rec *recs = (const Rec *)(data + 4);
     size_t nrec = MIN((size - 4) / sizeof(Rec), MAX_RECS);
     GuestMemRegion regions[2];
-    DataPlaneQueue dq[NDPS][MAX_NQ];
-    unsigned ndq[NDPS] = {0};
-    uint64_t st0[MAX_NQ][3], all = (1u << nq) - 1;
+    unsigned all = (1u << nq) - 1;
     GuestMem *gm;
     GError *err = NULL;
     bool building[MAX_NQ];
     uint64_t cnt;
 
-    /* The dataplanes and the queues each one serves. */
-    if (nq == 1 && !two) {
-        g->dps[0] = get_dp(engine, k);
-        g->iot[0] = H.iothread[0];
-        g->ndp = 1;
-    } else {
-        DataPlane *m[NDPS];
-        unsigned qidx[NDPS][MAX_NQ], n[NDPS] = {0}, slot[NDPS];
-
-        if (!get_mdps(engine, k, m)) {
-            g_free(g);
-            return;
-        }
-        for (unsigned q = 0; q < nq; q++) {
-            unsigned i = two ? map_queue(data[1] >> 6, q, nq) : 0;
-
-            qidx[i][n[i]++] = q;
-        }
-        for (unsigned i = 0; i < NDPS; i++) {
-            if (!n[i]) {
-                continue;
-            }
-            if (!dataplane_set_queues(m[i], qidx[i], n[i], &err)) {
-                FAIL("dataplane_set_queues: %s", err->message);
-            }
-            slot[i] = g->ndp;
-            g->dps[g->ndp] = m[i];
-            g->iot[g->ndp++] = H.iothread[i];
-        }
-        for (unsigned i = 0; i < NDPS; i++) {
-            for (unsigned j = 0; j < n[i]; j++) {
-                GVq *v = g_new0(GVq, 1);
-
-                v->dpi = slot[i];
-                v->local = j;
-                g->vqs[qidx[i][j]] = v;
-            }
-        }
-    }
-    if (!g->dps[0]) {
-        g_free(g);
-        return;
-    }
     g->nq = nq;
+    g->engine = engine;
+    g->k = k;
+    g->hdr = data;
     for (unsigned q = 0; q < nq; q++) {
-        GVq *v = g->vqs[q] ? g->vqs[q] : (g->vqs[q] = g_new0(GVq, 1));
+        GVq *v = g->vqs[q] = g_new0(GVq, 1);
 
         v->idx = q;
         v->base = q * RING_STRIDE;
         v->num = num;
         building[q] = true;
+    }
+    /* The dataplanes and the queues each one serves. */
+    if (!assign(g, data[0] & 0x80, data[1] >> 6)) {
+        for (unsigned q = 0; q < nq; q++) {
+            g_free(g->vqs[q]);
+        }
+        g_free(g);
+        return;
     }
 
     for (unsigned i = 0; i < 6; i++) {
@@ -1366,22 +1494,7 @@ static void run(const uint8_t *data, size_t size)
         FAIL("guestmem: %s", err->message);
     }
 
-    /* werror/rerror and error injection of this input (none left from the last one). */
-    for (unsigned i = 0; i < g->ndp; i++) {
-        DataPlane *dp = g->dps[i];
-
-        dataplane_inject_clear(dp);
-        dataplane_set_error_policy(dp, policies[data[3] & 3], policies[(data[3] >> 2) & 3]);
-        if (data[3] & 0x10) {
-            static const int errs[4] = {EIO, ENOSPC, ENOTSUP, EINVAL};
-            IOQInjectRule rule = {.op = -1, .nth = (data[3] & 0x80) ? 2 : 0,
-                                  .error = errs[(data[3] >> 5) & 3]};
-
-            if (!dataplane_inject_error(dp, &rule, &err)) {
-                FAIL("inject: %s", err->message);
-            }
-        }
-    }
+    configure(g);
     /* The throttle: fresh buckets, this input's limits or none. */
     throttle_limits_for(&g->limits, data[2]);
     for (unsigned i = 0; i < g->ndp; i++) {
@@ -1407,31 +1520,17 @@ static void run(const uint8_t *data, size_t size)
         if (!v->q) {
             FAIL("queue %u setup: %s", q, err ? err->message : "?");
         }
-        dq[v->dpi][v->local] = (DataPlaneQueue){
-            .q = v->q, .host_notifier = H.kick_fd[q], .notifier = {.fd = H.call_fd[q]}};
-        ndq[v->dpi]++;
     }
+    fill_dq(g);
 
     for (unsigned i = 0; i < NDPS; i++) {
         event_loop_set_poll_params(iothread_get_loop(H.iothread[i]),
                                    (data[2] & 0x80) ? 32768 : 0, 0, 0);
     }
-    for (unsigned q = 0; q < nq; q++) {
-        DataPlaneQueueStats s;
-
-        dataplane_get_queue_stats(vq_dp(g, g->vqs[q]), g->vqs[q]->local, &s);
-        st0[q][0] = s.requests;
-        st0[q][1] = s.completed;
-        st0[q][2] = s.throttle_waits;
-    }
     stage("start");
     __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
                      __ATOMIC_RELEASE);
-    for (unsigned i = 0; i < g->ndp; i++) {
-        if (!dataplane_start(g->dps[i], dq[i], ndq[i], &err)) {
-            FAIL("dataplane_start: %s", err->message);
-        }
-    }
+    start_all(g);
     for (size_t i = 0; i < nrec; i++) {
         const Rec *r = &recs[i];
 
@@ -1441,6 +1540,9 @@ static void run(const uint8_t *data, size_t size)
         if (r->kind >= 0xf0) {
             unsigned mask = (r->seg & KICK_ALL) ? all : 1u << ((r->seg & 3) % nq);
 
+            if (r->seg & KICK_REMAP) {
+                remap(g, r->seg >> 4);
+            }
             stats.kick_all += (r->seg & KICK_ALL) && nq > 1;
             kick(g, mask, (r->kind & 1) ? r->aux : 0, r->shape, r->kind & 2, r->kind & 4);
             continue;
@@ -1466,10 +1568,8 @@ static void run(const uint8_t *data, size_t size)
         stage("restart");
         for (unsigned i = 0; i < g->ndp; i++) {
             throttle_set(g, i, false);
-            if (!dataplane_start(g->dps[i], dq[i], ndq[i], &err)) {
-                FAIL("dataplane_start (again): %s", err->message);
-            }
         }
+        start_all(g);
         for (unsigned i = 0; i < g->ndp; i++) {
             dataplane_drain(g->dps[i]);
         }
@@ -1513,25 +1613,13 @@ static void run(const uint8_t *data, size_t size)
     __atomic_store_n(&wd_deadline, 0, __ATOMIC_RELEASE);
 
     /* What this input reached. */
-    {
-        uint64_t done[NDPS] = {0};
-
-        stats.inputs++;
-        stats.nq[nq]++;
-        stats.engine[engine]++;
-        stats.two_dps += g->ndp == 2;
-        stats.throttled_inputs += throttle_limits_enabled(&g->limits);
-        for (unsigned q = 0; q < nq; q++) {
-            DataPlaneQueueStats s;
-
-            dataplane_get_queue_stats(vq_dp(g, g->vqs[q]), g->vqs[q]->local, &s);
-            done[g->vqs[q]->dpi] += s.completed - st0[q][1];
-            stats.throttle_waits += s.throttle_waits - st0[q][2];
-            stats.mq_requests += q > 0 ? s.requests - st0[q][0] : 0;
-            stats.nbd_requests += engine == ENGINE_NBD ? s.requests - st0[q][0] : 0;
-        }
-        stats.both_dps_completed += g->ndp == 2 && done[0] && done[1];
-    }
+    account(g);
+    stats.inputs++;
+    stats.nq[nq]++;
+    stats.engine[engine]++;
+    stats.two_dps += g->ever_two;
+    stats.throttled_inputs += throttle_limits_enabled(&g->limits);
+    stats.both_dps_completed += g->done[0] && g->done[1];
 
     for (unsigned q = 0; q < nq; q++) {
         while (read(H.call_fd[q], &cnt, sizeof(cnt)) > 0) {
