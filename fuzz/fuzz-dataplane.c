@@ -191,7 +191,7 @@ static bool verbose; /* FUZZ_DATAPLANE_VERBOSE=1: print every used element */
 static struct {
     uint64_t inputs, nq[MAX_NQ + 1], two_dps, both_dps_completed, engine[NENGINES];
     uint64_t throttled_inputs, throttle_waits, deferred, restarted, toggles, kick_all;
-    uint64_t nbd_requests, mq_requests, remaps;
+    uint64_t nbd_requests, mq_requests, remaps, remaps_refused;
 } stats;
 
 /* ---- watchdog ---- */
@@ -286,7 +286,8 @@ static void print_stats(void)
             "iothreads %llu (both completed requests %llu); engines null %llu io_uring %llu "
             "native %llu io_uring-direct %llu native-direct %llu nbd %llu; throttled inputs %llu, "
             "throttle waits %llu, deferred %llu, restarted after stop %llu, toggles %llu; "
-            "kick-all %llu; remaps %llu; requests on queues > 0 %llu, on nbd %llu\n",
+            "kick-all %llu; remaps %llu (refused, requests held: %llu); requests on queues > 0 "
+            "%llu, on nbd %llu\n",
             (unsigned long long)stats.inputs, (unsigned long long)stats.nq[1],
             (unsigned long long)stats.nq[2], (unsigned long long)stats.nq[3],
             (unsigned long long)stats.nq[4], (unsigned long long)stats.two_dps,
@@ -297,6 +298,7 @@ static void print_stats(void)
             (unsigned long long)stats.throttle_waits, (unsigned long long)stats.deferred,
             (unsigned long long)stats.restarted, (unsigned long long)stats.toggles,
             (unsigned long long)stats.kick_all, (unsigned long long)stats.remaps,
+            (unsigned long long)stats.remaps_refused,
             (unsigned long long)stats.mq_requests,
             (unsigned long long)stats.nbd_requests);
 }
@@ -1391,17 +1393,36 @@ static void start_all(Guest *g)
 }
 
 /*
- * x-blockdev-remap-vqs on a running guest, as dp-switch.c does it: stop
- * every dataplane (requests held by werror=stop complete with their error,
- * as at a reset), check, move the queues (ring state and all) from one
- * dataplane to two or back, hand the first dataplane's throttle state, its
- * levels included, and the error policy to the new ones, start them.
+ * x-blockdev-remap-vqs on a running guest, as dp_switch_remap() does it:
+ * dataplane_try_stop() every dataplane (requests held by werror=stop refuse
+ * the move: the ones already stopped start again, nothing moves), check,
+ * move the queues (ring state and all) from one dataplane to two or back,
+ * hand the first dataplane's throttle state, its levels included, and the
+ * error policy to the new ones, start them.
  */
 static void remap(Guest *g, unsigned pattern)
 {
     bool two = g->two, thr = g->throttle_on[0];
     ThrottleState ts;
 
+    stage("remap stop");
+    for (unsigned i = 0; i < g->ndp; i++) {
+        GError *err = NULL;
+
+        if (!dataplane_try_stop(g->dps[i], &err)) {
+            g_error_free(err);
+            if (!dataplane_held_count(g->dps[i])) {
+                FAIL("dataplane_try_stop refused with no request held");
+            }
+            while (i-- > 0) {
+                if (!dataplane_start(g->dps[i], g->dq[i], g->ndq[i], &err)) {
+                    FAIL("dataplane_start after a refused remap: %s", err->message);
+                }
+            }
+            stats.remaps_refused++;
+            return;
+        }
+    }
     stop_all(g);
     account(g);
     dataplane_get_throttle_state(g->dps[0], &ts);
