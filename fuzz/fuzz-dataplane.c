@@ -1406,6 +1406,7 @@ static void remap(Guest *g, unsigned pattern)
     ThrottleState ts;
 
     stage("remap stop");
+    dataplane_get_throttle_state(g->dps[0], &ts); /* running: read in its iothread */
     for (unsigned i = 0; i < g->ndp; i++) {
         GError *err = NULL;
 
@@ -1425,7 +1426,7 @@ static void remap(Guest *g, unsigned pattern)
     }
     stop_all(g);
     account(g);
-    dataplane_get_throttle_state(g->dps[0], &ts);
+    dataplane_get_throttle_state(g->dps[0], &ts); /* stopped: the levels it ended with */
     if (!assign(g, !two, pattern) && !assign(g, two, pattern)) {
         FAIL("remap: the dataplanes of before are gone");
     }
