@@ -6,9 +6,11 @@
  * or two DataPlanes serve them, each on its own iothread (as
  * iothread-vq-mapping does), over a real backend (the null engine, io_uring
  * or libaio on a small temp file, buffered or O_DIRECT, or the nbd engine
- * against an nbdkit memory disk), optionally throttled; the fuzzer thread is
- * the guest: it publishes, kicks, waits (bounded) until the device consumed
- * what it will, and checks what the device returned on each queue.
+ * against an nbdkit memory disk), optionally throttled, and the queues may
+ * move between the dataplanes while the guest runs (x-blockdev-remap-vqs);
+ * the fuzzer thread is the guest: it publishes, kicks, waits (bounded) until
+ * the device consumed what it will, and checks what the device returned on
+ * each queue.
  *
  * The dataplanes (per engine and device configuration: one for the plain
  * single-queue mode, two for the multiqueue modes, remapped per input with
@@ -24,9 +26,10 @@
  *   - every used id is < the queue size and a head that was made available
  *     on that queue (as many times as it was): a completion on another
  *     queue, or a second one, is caught;
- *   - after dataplane_stop() the engine holds no request, and on a queue
- *     that did not break every chain the device popped was returned (used
- *     elements = last_avail_idx);
+ *   - after dataplane_stop() (at the end, and at each remap) the engine
+ *     holds no request, and on a queue that did not break every chain the
+ *     device popped was returned (used elements = last_avail_idx);
+ *   - dataplane_try_stop() refuses a remap only while a request is held;
  *   - throttled requests still in the avail ring at the stop are served by a
  *     restart without limits (nothing lost at a stop while throttled);
  *   - for inputs of well-formed chains only (no poke, no bogus field) on a
