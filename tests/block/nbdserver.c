@@ -85,8 +85,12 @@ static void spawn(NbdServer *s)
 
     g_ptr_array_add(argv, (char *)prog(s->kind));
     if (s->kind == NBD_SRV_NBDKIT) {
-        /* foreground, the export name is ignored by nbdkit (any name works) */
+        /*
+         * foreground, the export name is ignored by nbdkit (any name works);
+         * gone with us if we crash (a test or fuzz target that aborts)
+         */
         g_ptr_array_add(argv, "-f");
+        g_ptr_array_add(argv, "--exit-with-parent");
         if (s->tcp) {
             g_ptr_array_add(argv, "-i");
             g_ptr_array_add(argv, "127.0.0.1");
