@@ -1,8 +1,9 @@
 /*
  * libFuzzer target: a hostile vhost-user front end against the protocol half
  * of the export (src/devices/vhost-user.c: framing, fd counts, memory table,
- * ring state, config, the inflight region), over a real socketpair, with a
- * stub device model that runs the inflight recovery on the rings it is given.
+ * ring state, config, the inflight region, SET/GET_STATUS and RESET_DEVICE),
+ * over a real socketpair, with a stub device model that runs the inflight
+ * recovery on the rings it is given.
  *
  * Input: a list of records
  *   [0]      fd spec: bits 0-1 number of fds (0..3), bit 2 eventfd (else a

@@ -82,6 +82,7 @@ struct VhostUser {
     unsigned inflight_nq, inflight_qsize;
     unsigned running; /* rings the device serves (0: stopped) */
     bool restart;     /* something the running device uses changed */
+    uint8_t status;   /* virtio device status (SET_STATUS), 0 after a reset */
     /* back-end channel (SET_BACKEND_REQ_FD) */
     int backend_fd;     /* -1: none */
     bool backend_wait;  /* a CONFIG_CHANGE_MSG awaits its answer */
@@ -126,13 +127,13 @@ static const char *const vu_names[VHOST_USER_REQ_MAX] = {
     [VHOST_USER_GET_INFLIGHT_FD] = "GET_INFLIGHT_FD",
     [VHOST_USER_SET_INFLIGHT_FD] = "SET_INFLIGHT_FD",
     [33] = "GPU_SET_SOCKET",
-    [34] = "RESET_DEVICE",
+    [VHOST_USER_RESET_DEVICE] = "RESET_DEVICE",
     [35] = "VRING_KICK",
     [VHOST_USER_GET_MAX_MEM_SLOTS] = "GET_MAX_MEM_SLOTS",
     [VHOST_USER_ADD_MEM_REG] = "ADD_MEM_REG",
     [VHOST_USER_REM_MEM_REG] = "REM_MEM_REG",
-    [39] = "SET_STATUS",
-    [40] = "GET_STATUS",
+    [VHOST_USER_SET_STATUS] = "SET_STATUS",
+    [VHOST_USER_GET_STATUS] = "GET_STATUS",
 };
 
 /* Context: any thread */
@@ -146,7 +147,9 @@ static uint64_t vu_protocol_features_offered(void)
     return (1ull << VHOST_USER_PROTOCOL_F_MQ) | (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
            (1ull << VHOST_USER_PROTOCOL_F_BACKEND_REQ) | (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
            (1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
-           (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS);
+           (1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE) |
+           (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |
+           (1ull << VHOST_USER_PROTOCOL_F_STATUS);
 }
 
 static bool vu_has_proto(const VhostUser *vu, unsigned bit)
@@ -431,6 +434,20 @@ static bool vu_uva_to_gpa(VhostUser *vu, uint64_t uva, uint64_t len, uint64_t *g
     return false;
 }
 
+/*
+ * With STATUS negotiated the front end says when the device may run: rings
+ * are served only while DRIVER_OK is set and FAILED is not (QEMU 7.2 sends
+ * DRIVER_OK after the last ring's kick and enable, and 0 when it stops).
+ * Without STATUS the ring states alone decide.
+ */
+static bool vu_driver_ok(const VhostUser *vu)
+{
+    if (!vu_has_proto(vu, VHOST_USER_PROTOCOL_F_STATUS)) {
+        return true;
+    }
+    return (vu->status & VIRTIO_CONFIG_S_DRIVER_OK) && !(vu->status & VIRTIO_CONFIG_S_FAILED);
+}
+
 static bool vu_ring_ready(const VhostUser *vu, unsigned i)
 {
     const VuRing *r = &vu->rings[i];
@@ -447,7 +464,7 @@ static bool vu_device_update(VhostUser *vu, GError **errp)
     while (n < vu->num_queues && vu_ring_ready(vu, n)) {
         n++;
     }
-    if (!vu->features_set || !vu->gm) {
+    if (!vu->features_set || !vu->gm || !vu_driver_ok(vu)) {
         n = 0;
     }
     if (vu->running == n && !vu->restart) {
@@ -1103,6 +1120,63 @@ static void vu_rings_reset(VhostUser *vu)
     }
 }
 
+/* Status bits a front end may write: the virtio spec's, less NEEDS_RESET (the device's own). */
+#define VU_STATUS_WRITABLE                                                                         \
+    (VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER | VIRTIO_CONFIG_S_DRIVER_OK |            \
+     VIRTIO_CONFIG_S_FEATURES_OK | VIRTIO_CONFIG_S_FAILED)
+
+/*
+ * SET_STATUS: the virtio status byte. The rings follow DRIVER_OK (vu_driver_ok,
+ * applied by vu_device_update after the message). 0 stops the device, which
+ * completes its in-flight requests, but keeps the ring state: QEMU 7.2 sends
+ * it before GET_VRING_BASE and then needs each ring's base. It is not a
+ * device reset (the guest's writeback setting stays); RESET_DEVICE is.
+ */
+static bool vu_set_status(VhostUser *vu, const VuMsg *m, GError **errp)
+{
+    uint64_t v;
+
+    if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_STATUS), "STATUS was not negotiated",
+                 errp) ||
+        !vu_payload_size(m, 8, errp)) {
+        return false;
+    }
+    v = vu_get_u64(m);
+    if (v & ~(uint64_t)VU_STATUS_WRITABLE) {
+        g_set_error(errp, VU_ERROR, EINVAL,
+                    "status 0x%" PRIx64 " has bits other than 0x%x (ACKNOWLEDGE, DRIVER, "
+                    "DRIVER_OK, FEATURES_OK, FAILED)",
+                    v, VU_STATUS_WRITABLE);
+        return false;
+    }
+    /* No features accepted yet: FEATURES_OK is not kept, as a virtio device refuses them. */
+    if (!vu->features_set) {
+        v &= ~(uint64_t)VIRTIO_CONFIG_S_FEATURES_OK;
+    }
+    vu->status = (uint8_t)v;
+    return true;
+}
+
+/*
+ * RESET_DEVICE: the device as after SET_OWNER. The rings stop (in-flight
+ * requests complete first) and are forgotten with their fds, the status is
+ * 0, the virtio features must be set again, the device model is reset
+ * (writeback back to its initial value) and the inflight region is dropped.
+ * The session stays: owner, protocol features, memory table, back-end
+ * channel.
+ */
+static void vu_reset_device(VhostUser *vu)
+{
+    vu_device_stop(vu);
+    vu_rings_reset(vu);
+    vu_inflight_unmap(vu);
+    vu->status = 0;
+    vu->features_set = false;
+    vu->features = 0;
+    vu->restart = false;
+    vu->ops->reset(vu->opaque);
+}
+
 /* Requests that only make sense once a front end owns the session. */
 static bool vu_needs_owner(uint32_t req)
 {
@@ -1116,6 +1190,7 @@ static bool vu_needs_owner(uint32_t req)
     case VHOST_USER_GET_CONFIG:
     case VHOST_USER_SET_CONFIG:
     case VHOST_USER_SET_BACKEND_REQ_FD: /* QEMU 7.2 sends it before SET_OWNER */
+    case VHOST_USER_GET_STATUS:
         return false;
     default:
         return true;
@@ -1350,6 +1425,21 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
         return vu_set_inflight_fd(vu, m, errp);
     case VHOST_USER_SET_BACKEND_REQ_FD:
         return vu_set_backend_req_fd(vu, m, errp);
+    case VHOST_USER_SET_STATUS:
+        return vu_set_status(vu, m, errp);
+    case VHOST_USER_GET_STATUS:
+        m->replied = true;
+        return vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_STATUS), "STATUS was not negotiated",
+                       errp) &&
+               vu_payload_size(m, 0, errp) && vu_reply_u64(vu, req, vu->status, errp);
+    case VHOST_USER_RESET_DEVICE:
+        if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_RESET_DEVICE),
+                     "RESET_DEVICE was not negotiated", errp) ||
+            !vu_payload_size(m, 0, errp)) {
+            return false;
+        }
+        vu_reset_device(vu);
+        return true;
     default:
         g_set_error(errp, VU_ERROR, ENOTSUP, "not supported");
         return false;
@@ -1541,5 +1631,6 @@ void vhost_user_detach(VhostUser *vu)
     vu->features = 0;
     vu->proto_features = 0;
     vu->restart = false;
+    vu->status = 0;
     vu->ops->reset(vu->opaque);
 }

@@ -860,6 +860,309 @@ static void test_config(void)
     daemon_stop(dm);
 }
 
+/* ---- STATUS and RESET_DEVICE ---- */
+
+static uint64_t fe_status(Fe *fe)
+{
+    return fe_get_u64(fe, GET_STATUS);
+}
+
+static void fe_set_status(Fe *fe, uint64_t v)
+{
+    fe_send(fe, SET_STATUS, NEED_REPLY, &v, 8, NULL, 0);
+    fe_ack(fe, SET_STATUS);
+}
+
+/* QEMU 7.2's vhost_user_add_status: GET_STATUS, then SET_STATUS with @bits or-ed in. */
+static void fe_add_status(Fe *fe, uint8_t bits)
+{
+    uint64_t s = fe_status(fe);
+
+    if ((s & bits) != bits) {
+        fe_set_status(fe, s | bits);
+    }
+}
+
+#define S_STARTED (VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER | VIRTIO_CONFIG_S_DRIVER_OK)
+
+/*
+ * QEMU 7.2's vhost_dev_start with STATUS: SET_FEATURES and FEATURES_OK, the
+ * memory table (unless @keep_mem), @nq new rings of 128 (kick, call,
+ * enable), then ACKNOWLEDGE | DRIVER | DRIVER_OK.
+ */
+static void fe_start_status(Fe *fe, unsigned nq, bool keep_mem, bool driver_ok)
+{
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_add_status(fe, VIRTIO_CONFIG_S_FEATURES_OK);
+    if (!keep_mem) {
+        fe_mem_table(fe, NEED_REPLY);
+        fe_ack(fe, SET_MEM_TABLE);
+    }
+    fe->nq = nq;
+    for (unsigned i = 0; i < nq; i++) {
+        if (fe->vq[i]) {
+            testvq_free(fe->vq[i]);
+        }
+        fe->vq[i] = testvq_new(fe->d, 128, fe->features);
+        fe_vring(fe, i, 128);
+    }
+    for (unsigned i = 0; i < nq; i++) {
+        fe_enable(fe, i, 1);
+    }
+    if (driver_ok) {
+        fe_add_status(fe, S_STARTED);
+    }
+}
+
+/* Queue @q's used index is still @used after @ms: nothing was served. */
+static bool vq_quiet(Fe *fe, unsigned q, uint16_t used, int ms)
+{
+    g_usleep(ms * 1000);
+    return testvq_used_idx(fe->vq[q]) == used;
+}
+
+/* The next used element of queue @q is @r's, within 10 s, with status OK. */
+static void vq_expect_done(Fe *fe, unsigned q, TestBlkReq *r)
+{
+    uint16_t head;
+    uint32_t len;
+
+    g_assert_true(testvq_wait_used(fe->vq[q], 10000));
+    g_assert_true(testvq_get_used(fe->vq[q], &head, &len));
+    g_assert_cmpuint(head, ==, (uint16_t)r->head);
+    g_assert_cmpuint(testblk_status(fe->vq[q], r), ==, VIRTIO_BLK_S_OK);
+}
+
+static uint8_t fe_config_wce(Fe *fe)
+{
+    uint32_t c[3] = {offsetof(struct virtio_blk_config, wce), 1, 0};
+    uint8_t p[13] = {0};
+
+    memcpy(p, c, 12);
+    fe_send(fe, GET_CONFIG, 0, p, sizeof(p), NULL, 0);
+    fe_reply(fe, GET_CONFIG, p, sizeof(p));
+    return p[12];
+}
+
+static void fe_set_config_wce(Fe *fe, uint8_t v)
+{
+    uint32_t c[3] = {offsetof(struct virtio_blk_config, wce), 1, 0};
+    uint8_t p[13];
+
+    memcpy(p, c, 12);
+    p[12] = v;
+    fe_send(fe, SET_CONFIG, NEED_REPLY, p, sizeof(p), NULL, 0);
+    fe_ack(fe, SET_CONFIG);
+}
+
+/* The daemon logged no dropped connection. */
+static void daemon_log_clean(Daemon *dm)
+{
+    g_autofree char *log = daemon_log(dm);
+
+    if (strstr(log, "dropping the connection")) {
+        g_printerr("daemon log:\n%s\n", log);
+        g_assert_not_reached();
+    }
+}
+
+/*
+ * STATUS in QEMU 7.2's order: GET_STATUS returns what SET_STATUS set
+ * (FEATURES_OK only once features are set); kicked and enabled rings wait
+ * for DRIVER_OK, which starts them and serves the request kicked before it;
+ * SET_STATUS 0 (QEMU 7.2 sends it before GET_VRING_BASE) stops them, and
+ * GET_VRING_BASE then returns each ring's base; a restart at those bases
+ * serves the request queued while stopped.
+ */
+static void test_status(void)
+{
+    Daemon *dm = daemon_start(false);
+    uint8_t w[4096], r[4096];
+    TestBlkReq req;
+    Fe *fe;
+
+    fe_want_proto = P_STATUS;
+    fe = fe_open(dm->sock, 2);
+    fe_want_proto = 0;
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    /* FEATURES_OK before SET_FEATURES: not kept (the device refuses, as virtio says). */
+    fe_set_status(fe, VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER |
+                          VIRTIO_CONFIG_S_FEATURES_OK);
+    g_assert_cmphex(fe_status(fe), ==, VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER);
+    fe_start_status(fe, NQ, false, false);
+    g_assert_cmphex(fe_status(fe), ==,
+                    VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER |
+                        VIRTIO_CONFIG_S_FEATURES_OK);
+    /* Rings kicked and enabled, no DRIVER_OK: a request waits. */
+    memset(w, 0x3c, sizeof(w));
+    req = testblk_submit(fe->vq[0], VIRTIO_BLK_T_OUT, 40, w, 4096, false);
+    g_assert_cmpint(req.head, >=, 0);
+    testvq_kick_force(fe->vq[0]);
+    g_assert_true(vq_quiet(fe, 0, 0, 300));
+    /* DRIVER_OK starts the rings: the waiting write is served, with no new kick. */
+    fe_add_status(fe, S_STARTED);
+    g_assert_cmphex(fe_status(fe), ==, S_STARTED | VIRTIO_CONFIG_S_FEATURES_OK);
+    vq_expect_done(fe, 0, &req);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 40, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    /* QEMU 7.2's stop: SET_STATUS 0 first. The rings stop; a new request waits. */
+    fe_set_status(fe, 0);
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    memset(w, 0x4d, sizeof(w));
+    req = testblk_submit(fe->vq[1], VIRTIO_BLK_T_OUT, 48, w, 4096, false);
+    g_assert_cmpint(req.head, >=, 0);
+    testvq_kick_force(fe->vq[1]);
+    g_assert_true(vq_quiet(fe, 1, 1, 300));
+    /* Then GET_VRING_BASE of each ring: the requests taken, not the one waiting. */
+    for (unsigned i = 0; i < NQ; i++) {
+        uint32_t st[2] = {i, 0};
+
+        fe_send(fe, GET_VRING_BASE, 0, st, 8, NULL, 0);
+        fe_reply(fe, GET_VRING_BASE, st, 8);
+        g_assert_cmpuint(st[0], ==, i);
+        g_assert_cmpuint(st[1], ==, 1);
+        g_assert_cmpuint(st[1], ==, testvq_used_idx(fe->vq[i]));
+    }
+    g_assert_cmpuint(testvq_avail_idx(fe->vq[1]), ==, 2);
+    /* Started again at those bases (same rings): the waiting write is served. */
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_add_status(fe, VIRTIO_CONFIG_S_FEATURES_OK);
+    for (unsigned i = 0; i < NQ; i++) {
+        fe_vring(fe, i, 128);
+        fe_enable(fe, i, 1);
+    }
+    g_assert_true(vq_quiet(fe, 1, 1, 100));
+    fe_add_status(fe, S_STARTED);
+    vq_expect_done(fe, 1, &req);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 48, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    /* FAILED stops the rings too. */
+    fe_add_status(fe, VIRTIO_CONFIG_S_FAILED);
+    req = testblk_submit(fe->vq[0], VIRTIO_BLK_T_IN, 48, NULL, 4096, false);
+    testvq_kick_force(fe->vq[0]);
+    g_assert_true(vq_quiet(fe, 0, 2, 300));
+    fe_close(fe);
+    /* A front end without STATUS: rings run as soon as they are ready (no DRIVER_OK). */
+    fe = fe_open(dm->sock, 1);
+    fe_start(fe, 1);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 40, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(r[0], ==, 0x3c);
+    fe_close(fe);
+    daemon_log_clean(dm);
+    daemon_stop(dm);
+}
+
+static void test_status_block_layer(void)
+{
+    export_extra = ",x-data-plane=off";
+    test_status();
+    export_extra = "";
+}
+
+/*
+ * RESET_DEVICE: the rings stop (a request kicked afterwards waits), the
+ * status is 0, writeback is back to its initial value; the front end sets
+ * up new rings on the memory table it gave before (kept), and they serve
+ * I/O, with the data written before the reset read back.
+ */
+static void test_reset_device(void)
+{
+    Daemon *dm = daemon_start(false);
+    uint8_t w[4096], r[4096];
+    TestBlkReq req;
+    uint8_t wce;
+    Fe *fe;
+
+    fe_want_proto = P_STATUS | P_RESET_DEVICE;
+    fe = fe_open(dm->sock, 2);
+    fe_want_proto = 0;
+    fe_start_status(fe, NQ, false, true);
+    memset(w, 0x11, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 8, w, 4096), ==, VIRTIO_BLK_S_OK);
+    wce = fe_config_wce(fe);
+    fe_set_config_wce(fe, !wce);
+    g_assert_cmpuint(fe_config_wce(fe), ==, !wce);
+    fe_send(fe, RESET_DEVICE, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_ack(fe, RESET_DEVICE);
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    g_assert_cmpuint(fe_config_wce(fe), ==, wce);
+    /* The old rings are no longer served. */
+    req = testblk_submit(fe->vq[1], VIRTIO_BLK_T_IN, 8, NULL, 4096, false);
+    g_assert_cmpint(req.head, >=, 0);
+    testvq_kick_force(fe->vq[1]);
+    g_assert_true(vq_quiet(fe, 1, 0, 300));
+    /* New rings, the memory table not sent again. */
+    fe_start_status(fe, NQ, true, true);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 8, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    memset(w, 0x22, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 16, w, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 16, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    /* Without STATUS the rings restart without DRIVER_OK. */
+    fe_send(fe, RESET_DEVICE, 0, NULL, 0, NULL, 0);
+    fe->proto &= ~P_STATUS;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    for (unsigned i = 0; i < NQ; i++) {
+        testvq_free(fe->vq[i]);
+        fe->vq[i] = testvq_new(fe->d, 128, fe->features);
+        fe_vring(fe, i, 128);
+        fe_enable(fe, i, 1);
+    }
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 16, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    fe_close(fe);
+    daemon_log_clean(dm);
+    daemon_stop(dm);
+}
+
+/*
+ * RESET_DEVICE with 8 requests in flight on a node that answers after 300
+ * ms (block-layer path): the reply waits until all 8 are completed and
+ * published.
+ */
+static void test_reset_device_inflight(void)
+{
+    TestBlkReq req[8];
+    Daemon *dm;
+    gint64 t0;
+    Fe *fe;
+
+    blockdev_override =
+        "driver=null-co,node-name=disk,size=16M,read-zeroes=on,latency-ns=300000000";
+    export_extra = ",x-data-plane=off";
+    dm = daemon_start(false);
+    blockdev_override = NULL;
+    export_extra = "";
+    fe_want_proto = P_RESET_DEVICE;
+    fe = fe_open(dm->sock, 1);
+    fe_want_proto = 0;
+    fe_start(fe, 1);
+    for (unsigned i = 0; i < 8; i++) {
+        req[i] = testblk_submit(fe->vq[0], VIRTIO_BLK_T_IN, i * 8, NULL, 4096, false);
+        g_assert_cmpint(req[i].head, >=, 0);
+    }
+    t0 = g_get_monotonic_time();
+    testvq_kick_force(fe->vq[0]);
+    g_usleep(50000); /* popped and submitted, not completed */
+    g_assert_cmpuint(testvq_used_idx(fe->vq[0]), ==, 0);
+    fe_send(fe, RESET_DEVICE, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_ack(fe, RESET_DEVICE);
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 250000);
+    g_assert_cmpuint(testvq_used_idx(fe->vq[0]), ==, 8);
+    for (unsigned i = 0; i < 8; i++) {
+        g_assert_cmpuint(testblk_status(fe->vq[0], &req[i]), ==, VIRTIO_BLK_S_OK);
+    }
+    fe_close(fe);
+    daemon_log_clean(dm);
+    daemon_stop(dm);
+}
+
 typedef void HostileFn(Fe *fe);
 
 static void h_bad_version(Fe *fe)
@@ -1280,6 +1583,103 @@ static void h_inflight_uncovered(Fe *fe)
     fe_send(fe, SET_VRING_ENABLE, 0, (uint32_t[2]){0, 1}, 8, NULL, 0);
 }
 
+static void h_negotiate(Fe *fe, uint64_t proto)
+{
+    fe->proto |= proto;
+    fe_set_u64(fe, SET_PROTOCOL_FEATURES, fe->proto);
+}
+
+static void h_status_unnegotiated(Fe *fe)
+{
+    fe_set_u64(fe, SET_STATUS, VIRTIO_CONFIG_S_ACKNOWLEDGE);
+}
+
+static void h_get_status_unnegotiated(Fe *fe)
+{
+    fe_send(fe, GET_STATUS, 0, NULL, 0, NULL, 0);
+}
+
+static void h_status_payload(Fe *fe)
+{
+    uint32_t v = VIRTIO_CONFIG_S_DRIVER_OK;
+
+    h_negotiate(fe, P_STATUS);
+    fe_send(fe, SET_STATUS, 0, &v, 4, NULL, 0);
+}
+
+static void h_status_value(Fe *fe)
+{
+    h_negotiate(fe, P_STATUS);
+    fe_set_u64(fe, SET_STATUS, 0x10f);
+}
+
+static void h_status_reserved(Fe *fe)
+{
+    h_negotiate(fe, P_STATUS);
+    fe_set_u64(fe, SET_STATUS, 0x20 | VIRTIO_CONFIG_S_ACKNOWLEDGE);
+}
+
+static void h_status_needs_reset(Fe *fe)
+{
+    h_negotiate(fe, P_STATUS);
+    fe_set_u64(fe, SET_STATUS, VIRTIO_CONFIG_S_NEEDS_RESET);
+}
+
+static void h_status_fd(Fe *fe)
+{
+    uint64_t v = VIRTIO_CONFIG_S_ACKNOWLEDGE;
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    h_negotiate(fe, P_STATUS);
+    fe_send(fe, SET_STATUS, 0, &v, 8, &fd, 1);
+}
+
+static void h_get_status_payload(Fe *fe)
+{
+    uint64_t v = 0;
+
+    h_negotiate(fe, P_STATUS);
+    fe_send(fe, GET_STATUS, 0, &v, 8, NULL, 0);
+}
+
+static void h_reset_device_unnegotiated(Fe *fe)
+{
+    fe_send(fe, RESET_DEVICE, 0, NULL, 0, NULL, 0);
+}
+
+static void h_reset_device_payload(Fe *fe)
+{
+    uint64_t v = 0;
+
+    h_negotiate(fe, P_RESET_DEVICE);
+    fe_send(fe, RESET_DEVICE, 0, &v, 8, NULL, 0);
+}
+
+static void h_reset_device_fd(Fe *fe)
+{
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    h_negotiate(fe, P_RESET_DEVICE);
+    fe_send(fe, RESET_DEVICE, 0, NULL, 0, &fd, 1);
+}
+
+/* A ring set up and running, RESET_DEVICE, then a kick: the ring's size and addresses are gone. */
+static void h_reset_device_kick(Fe *fe)
+{
+    uint64_t v = 0;
+    int fd = testvq_kick_fd(fe->vq[0]);
+
+    h_negotiate(fe, P_RESET_DEVICE);
+    fe_set_u64(fe, SET_FEATURES, fe->features | F_PROTOCOL_FEATURES);
+    fe_mem_table(fe, NEED_REPLY);
+    fe_ack(fe, SET_MEM_TABLE);
+    fe_vring(fe, 0, 128);
+    fe_enable(fe, 0, 1);
+    fe_send(fe, RESET_DEVICE, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_ack(fe, RESET_DEVICE);
+    fe_send(fe, SET_VRING_KICK, 0, &v, 8, &fd, 1);
+}
+
 typedef struct Hostile {
     const char *name;
     HostileFn *fn;
@@ -1356,6 +1756,28 @@ static const Hostile hostile[] = {
      " VHOST_USER_SET_BACKEND_REQ_FD: payload of 8 bytes, expected 0"},
     {"backend-req-not-socket", h_backend_req_not_socket,
      " VHOST_USER_SET_BACKEND_REQ_FD: the fd is not a socket"},
+    {"status-unnegotiated", h_status_unnegotiated,
+     " VHOST_USER_SET_STATUS: STATUS was not negotiated"},
+    {"get-status-unnegotiated", h_get_status_unnegotiated,
+     " VHOST_USER_GET_STATUS: STATUS was not negotiated"},
+    {"status-payload", h_status_payload, " VHOST_USER_SET_STATUS: payload of 4 bytes, expected 8"},
+    {"status-value", h_status_value,
+     " VHOST_USER_SET_STATUS: status 0x10f has bits other than 0x8f"},
+    {"status-reserved", h_status_reserved,
+     " VHOST_USER_SET_STATUS: status 0x21 has bits other than 0x8f"},
+    {"status-needs-reset", h_status_needs_reset,
+     " VHOST_USER_SET_STATUS: status 0x40 has bits other than 0x8f"},
+    {"status-fd", h_status_fd, " VHOST_USER_SET_STATUS: 1 fds, expected 0"},
+    {"get-status-payload", h_get_status_payload,
+     " VHOST_USER_GET_STATUS: payload of 8 bytes, expected 0"},
+    {"reset-device-unnegotiated", h_reset_device_unnegotiated,
+     " VHOST_USER_RESET_DEVICE: RESET_DEVICE was not negotiated"},
+    {"reset-device-payload", h_reset_device_payload,
+     " VHOST_USER_RESET_DEVICE: payload of 8 bytes, expected 0"},
+    {"reset-device-fd", h_reset_device_fd, " VHOST_USER_RESET_DEVICE: 1 fds, expected 0"},
+    {"reset-device-kick", h_reset_device_kick,
+     " VHOST_USER_SET_VRING_KICK: ring 0: kick before the memory table, the ring size and its "
+     "addresses"},
 };
 
 /* Each hostile message drops its connection with the right line; the daemon serves the next. */
@@ -2043,6 +2465,10 @@ int main(int argc, char **argv)
     g_test_add_func("/vhost-user/ch-order", test_ch_order);
     g_test_add_func("/vhost-user/stop-inflight", test_stop_inflight);
     g_test_add_func("/vhost-user/config", test_config);
+    g_test_add_func("/vhost-user/status", test_status);
+    g_test_add_func("/vhost-user/status-block-layer", test_status_block_layer);
+    g_test_add_func("/vhost-user/reset-device", test_reset_device);
+    g_test_add_func("/vhost-user/reset-device-inflight", test_reset_device_inflight);
     g_test_add_func("/vhost-user/hostile", test_hostile);
     g_test_add_func("/vhost-user/hostile-block-layer", test_hostile_block_layer);
     g_test_add_func("/vhost-user/bad-ring", test_bad_ring);

@@ -239,6 +239,7 @@ void fe_enable(Fe *fe, unsigned i, unsigned on)
 }
 
 bool fe_want_inflight;
+uint64_t fe_want_proto;
 static bool fe_want_backend_req;
 
 /* Connect and negotiate up to (not including) the memory table. */
@@ -261,7 +262,7 @@ void fe_handshake(Fe *fe)
     fe->host_features = fe_get_u64(fe, GET_FEATURES);
     g_assert_true(fe->host_features & F_PROTOCOL_FEATURES);
     uint64_t want = P_MQ | P_REPLY_ACK | P_CONFIG | (fe_want_inflight ? P_INFLIGHT : 0) |
-                    (fe_want_backend_req ? P_BACKEND_REQ : 0);
+                    (fe_want_backend_req ? P_BACKEND_REQ : 0) | fe_want_proto;
 
     fe->proto = fe_get_u64(fe, GET_PROTOCOL_FEATURES);
     fe->proto &= want;

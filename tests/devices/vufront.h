@@ -43,9 +43,12 @@ enum {
     SET_CONFIG = 25,
     GET_INFLIGHT_FD = 31,
     SET_INFLIGHT_FD = 32,
+    RESET_DEVICE = 34,
     GET_MAX_MEM_SLOTS = 36,
     ADD_MEM_REG = 37,
     REM_MEM_REG = 38,
+    SET_STATUS = 39,
+    GET_STATUS = 40,
 };
 #define F_PROTOCOL_FEATURES (1ull << 30)
 #define P_MQ                (1ull << 0)
@@ -53,7 +56,9 @@ enum {
 #define P_BACKEND_REQ       (1ull << 5)
 #define P_CONFIG            (1ull << 9)
 #define P_INFLIGHT          (1ull << 12)
+#define P_RESET_DEVICE      (1ull << 13)
 #define P_MEM_SLOTS         (1ull << 15)
+#define P_STATUS            (1ull << 16)
 #define NEED_REPLY          (1u << 3)
 #define FAKE_UVA            0x7e0000000000ull /* front-end addresses: not ours, not GPAs */
 
@@ -75,6 +80,8 @@ typedef struct Fe {
 
 /* fe_handshake: negotiate INFLIGHT_SHMFD too. */
 extern bool fe_want_inflight;
+/* fe_handshake: these protocol features too (P_STATUS, P_RESET_DEVICE), which must be offered. */
+extern uint64_t fe_want_proto;
 /*
  * fe_open() that also negotiates BACKEND_REQ and hands the back end one end
  * of a socketpair with SET_BACKEND_REQ_FD (NEED_REPLY), before SET_OWNER, as
