@@ -64,6 +64,12 @@ bool opt_fail(GError **errp, const char *name, const char *arg, const char *fmt,
     g_autofree char *msg = NULL;
     va_list ap;
 
+    if (errp && *errp) {
+        /* A helper (opts_split) already said what is wrong: keep its message,
+         * name the option (setting a GError twice is a GLib warning and a leak). */
+        g_prefix_error(errp, "-%s%s%s: ", name, arg ? " " : "", arg ? arg : "");
+        return false;
+    }
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
@@ -464,6 +470,22 @@ static bool options_one(VmmOptions *o, int argc, char **argv, int *i, GError **e
     return def->handler(o, name, argv[*i], errp);
 }
 
+/*
+ * A command-line error is one line, but it may quote what the user typed, and
+ * a JSON key or value can hold an escaped newline or other control character:
+ * those become '?'. Found by fuzz-cmdline ("\n" in a -device JSON key).
+ */
+static void options_error_one_line(GError **errp)
+{
+    if (errp && *errp && (*errp)->message) {
+        for (char *p = (*errp)->message; *p; p++) {
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+                *p = '?';
+            }
+        }
+    }
+}
+
 /* Context: main thread */
 VmmOptions *options_parse(int argc, char **argv, GError **errp)
 {
@@ -471,6 +493,7 @@ VmmOptions *options_parse(int argc, char **argv, GError **errp)
 
     for (int i = 1; i < argc; i++) {
         if (!options_one(o, argc, argv, &i, errp)) {
+            options_error_one_line(errp);
             options_free(o);
             return NULL;
         }
@@ -483,6 +506,7 @@ VmmOptions *options_parse(int argc, char **argv, GError **errp)
         o->serial = o->nodefaults ? SERIAL_NONE : SERIAL_STDIO;
     }
     if (!options_check_devices(o, errp)) {
+        options_error_one_line(errp);
         options_free(o);
         return NULL;
     }
