@@ -1618,19 +1618,13 @@ bool vhost_user_conn_read(VhostUser *vu)
 /* Context: control thread */
 void vhost_user_detach(VhostUser *vu)
 {
-    vu_device_stop(vu);
-    vu_rings_reset(vu);
+    /* The device as RESET_DEVICE leaves it, then the session goes too. */
+    vu_reset_device(vu);
     vu_mem_clear(vu);
-    vu_inflight_unmap(vu);
     vu_backend_close(vu);
     vu_drop_msg_fds(vu);
     vu_close_fd(&vu->fd);
     vu->have = 0;
     vu->owner = false;
-    vu->features_set = false;
-    vu->features = 0;
     vu->proto_features = 0;
-    vu->restart = false;
-    vu->status = 0;
-    vu->ops->reset(vu->opaque);
 }
