@@ -147,6 +147,7 @@ typedef struct DataPlaneQueueStats {
     uint64_t completed;       /* requests completed */
     uint64_t batches;         /* handle_queue passes that popped >= 1 chain */
     uint64_t kicks;           /* host notifier wakeups */
+    uint64_t kick_reads;      /* host notifier eventfd reads (drains, 1 per 64 kicks) */
     uint64_t irqs;            /* guest notifier writes */
     uint64_t irqs_suppressed; /* completion groups with no interrupt needed */
     uint64_t publishes;       /* used-index publishes that moved it (completion groups) */

@@ -51,6 +51,13 @@ typedef bool EventPollFn(void *opaque);
  * enabled; @poll_begin/@poll_end (optional) bracket a polling phase, e.g. to
  * suppress guest kicks while polling.  After @poll_end the loop polls once more
  * before blocking, to catch work that raced with re-enabling notifications.
+ *
+ * @edge watches the fd edge-triggered (EPOLLET): @read runs once per write
+ * that came after the loop last collected the fd, whether or not anything was
+ * read from it, so a doorbell eventfd needs no read() per wakeup. Only for
+ * eventfds whose writers add small counts (KVM's ioeventfd, io_uring's and
+ * AIO's completion eventfd, a front end's +1 kicks); the handler still drains
+ * the count now and then so that it never nears saturation.
  */
 typedef struct EventFdOps {
     EventHandler *read;
@@ -58,6 +65,7 @@ typedef struct EventFdOps {
     EventPollFn *poll;
     EventHandler *poll_begin;
     EventHandler *poll_end;
+    bool edge;
 } EventFdOps;
 
 /* Counters readable from any thread (relaxed atomics). */

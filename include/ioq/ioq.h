@@ -217,6 +217,12 @@ int ioq_get_fd(IOQ *ioq);
 /* Context: IOQ thread.  Reset ioq_get_fd()'s readiness (reads the eventfd; no-op for nbd). */
 void ioq_clear_fd(IOQ *ioq);
 /*
+ * Context: any thread.  True when ioq_get_fd() is an eventfd that is only ever
+ * incremented (every engine but "nbd"): it may be watched edge-triggered, with
+ * ioq_clear_fd() called only now and then to keep the count small.
+ */
+bool ioq_fd_is_eventfd(const IOQ *ioq);
+/*
  * Context: IOQ thread.  The NBD server's view of the disk ("nbd" engine;
  * false for the others). The size is the one of the first connection.
  */

@@ -71,7 +71,7 @@ static void loop_free_deleted_nodes(EventLoop *loop)
 
 static uint32_t fd_ops_events(const EventFdOps *ops)
 {
-    return (ops->read ? EPOLLIN : 0) | (ops->write ? EPOLLOUT : 0);
+    return (ops->read ? EPOLLIN : 0) | (ops->write ? EPOLLOUT : 0) | (ops->edge ? EPOLLET : 0);
 }
 
 static void loop_remove_node(EventLoop *loop, FdNode *node)

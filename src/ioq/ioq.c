@@ -399,6 +399,12 @@ int ioq_get_fd(IOQ *ioq)
     return ioq->efd;
 }
 
+/* Context: any thread. */
+bool ioq_fd_is_eventfd(const IOQ *ioq)
+{
+    return !ioq->engine->own_fd;
+}
+
 /* Context: IOQ thread. */
 void ioq_clear_fd(IOQ *ioq)
 {

@@ -896,9 +896,9 @@ int main(int argc, char **argv)
                 "syscalls per request: iothread kick-reads %.3f submits %.3f completion-efd-reads "
                 "%.3f epoll_waits %.3f (blocking %.3f) irq-writes %.3f = %.3f; driver kicks %.3f "
                 "sleeps %.3f (halt-poll hits %.3f); used publishes %.3f\n",
-                (double)st.kicks / r, (double)is.batches / r, (double)is.efd_reads / r,
+                (double)st.kick_reads / r, (double)is.batches / r, (double)is.efd_reads / r,
                 (double)ls.epoll_waits / r, (double)ls.blocking_waits / r, (double)st.irqs / r,
-                (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
+                (double)(st.kick_reads + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
                 (double)drv_kicks / r, (double)drv_sleeps / r, (double)drv_halt_hits / r,
                 (double)st.publishes / r);
         fprintf(stderr,
@@ -916,7 +916,7 @@ int main(int argc, char **argv)
                (own + (double)st.cycles_submit) / (double)st.requests,
                (double)st.requests / (double)(st.batches ? st.batches : 1),
                (double)st.irqs / (double)st.completed, (double)st.kicks / (double)st.requests,
-               done, (double)(st.kicks + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
+               done, (double)(st.kick_reads + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
                (double)(drv_kicks + 2 * drv_sleeps) / r);
     }
     dpfix_stop(f);
