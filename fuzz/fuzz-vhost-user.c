@@ -3,7 +3,8 @@
  * of the export (src/devices/vhost-user.c: framing, fd counts, memory table,
  * ring state, config, the inflight region, SET/GET_STATUS and RESET_DEVICE),
  * over a real socketpair, with a stub device model that runs the inflight
- * recovery on the rings it is given.
+ * recovery on the rings it is given and reports a broken ring (NEEDS_RESET)
+ * whenever ring 0 starts at an odd base.
  *
  * Input: a list of records
  *   [0]      fd spec: bits 0-1 number of fds (0..3), bit 2 eventfd (else a
@@ -30,6 +31,7 @@
 #include "util/error-report.h"
 
 static unsigned running;
+static VhostUser *stub_vu; /* the back end the stub device belongs to */
 
 static uint64_t st_features(void *opaque)
 {
@@ -94,6 +96,10 @@ static bool st_start(void *opaque, const GuestMem *gm, const VhostUserRing *ring
             }
             vhost_user_inflight_tracker_free(t);
         }
+    }
+    /* A ring that breaks at once: GET_STATUS shows NEEDS_RESET until a reset. */
+    if (n && (rings[0].last_avail_idx & 1)) {
+        vhost_user_set_needs_reset(stub_vu);
     }
     running = n;
     return true;
@@ -224,6 +230,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t off = 0;
     int front;
 
+    stub_vu = vu;
+
     if (!connect_pair(vu, &front)) {
         abort();
     }
@@ -256,6 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(front);
     vhost_user_conn_read(vu);
     vhost_user_free(vu);
+    stub_vu = NULL;
     if (running) {
         abort(); /* detach must stop the device */
     }

@@ -113,13 +113,18 @@ static bool vub_set_config(void *opaque, uint32_t offset, const uint8_t *data, u
     return true;
 }
 
-/* Called in the queue's owner thread: report only. */
+/*
+ * Called once per queue in its owner thread: the iothread on the dataplane,
+ * the main loop on the block layer. The broken ring is no longer served (the
+ * virtqueue refuses it); the other rings run on. NEEDS_RESET is an atomic
+ * store, read by GET_STATUS in the main loop.
+ */
 static void vub_queue_broken(void *opaque, VirtQueue *vq, const char *reason)
 {
     VhostUserBlkExport *e = opaque;
 
-    error_report_id(e->id, "virtqueue error: %s (the ring stops until the front end resets it)",
-                    reason);
+    error_report_id(e->id, "virtqueue error: %s (device needs reset)", reason);
+    vhost_user_set_needs_reset(e->vu);
 }
 
 static void vub_free_queues(VhostUserBlkExport *e)

@@ -289,6 +289,15 @@ bool vhost_user_backend_read(VhostUser *vu);
 /* No answer in time: reported, and the back-end channel is closed. */
 void vhost_user_backend_timeout(VhostUser *vu);
 
+/*
+ * A ring broke (the virtqueue refused a descriptor chain): the device now
+ * needs a reset. GET_STATUS reports DEVICE_NEEDS_RESET with the front end's
+ * status until the front end resets the device (SET_STATUS 0, RESET_DEVICE,
+ * RESET_OWNER, or the connection ends). Nothing is sent to the front end.
+ * Context: any thread (the broken ring's owner); lock-free, no allocation.
+ */
+void vhost_user_set_needs_reset(VhostUser *vu);
+
 /* Counters (tests, query-block-exports). */
 typedef struct VhostUserStats {
     uint64_t messages;    /* handled */

@@ -28,6 +28,7 @@
 #include <linux/virtio_config.h>
 
 #include "vhost-user-int.h"
+#include "util/barrier.h"
 #include "util/error-report.h"
 
 #define VU_ERROR vhost_user_error_quark()
@@ -83,6 +84,13 @@ struct VhostUser {
     unsigned running; /* rings the device serves (0: stopped) */
     bool restart;     /* something the running device uses changed */
     uint8_t status;   /* virtio device status (SET_STATUS), 0 after a reset */
+    /*
+     * DEVICE_NEEDS_RESET, the device's own status bit: set by
+     * vhost_user_set_needs_reset() in whichever thread a ring broke (atomic),
+     * read and cleared here. It is cleared only with the device stopped, so
+     * no ring can break again between the clear and the next start.
+     */
+    bool needs_reset;
     /* back-end channel (SET_BACKEND_REQ_FD) */
     int backend_fd;     /* -1: none */
     bool backend_wait;  /* a CONFIG_CHANGE_MSG awaits its answer */
@@ -1120,6 +1128,30 @@ static void vu_rings_reset(VhostUser *vu)
     }
 }
 
+/* Context: any thread (a ring's owner). Lock-free, allocates nothing. */
+void vhost_user_set_needs_reset(VhostUser *vu)
+{
+    qatomic_store_release(&vu->needs_reset, true);
+}
+
+static bool vu_needs_reset(const VhostUser *vu)
+{
+    return qatomic_load_acquire(&vu->needs_reset);
+}
+
+/* A reset with the device stopped: NEEDS_RESET goes (no ring runs that could set it again). */
+static void vu_clear_needs_reset(VhostUser *vu)
+{
+    g_assert(!vu->running);
+    qatomic_set(&vu->needs_reset, false);
+}
+
+/* GET_STATUS: what the front end set, plus NEEDS_RESET once a ring broke. */
+static uint8_t vu_status(const VhostUser *vu)
+{
+    return vu->status | (vu_needs_reset(vu) ? VIRTIO_CONFIG_S_NEEDS_RESET : 0);
+}
+
 /* Status bits a front end may write: the virtio spec's, less NEEDS_RESET (the device's own). */
 #define VU_STATUS_WRITABLE                                                                         \
     (VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER | VIRTIO_CONFIG_S_DRIVER_OK |            \
@@ -1130,11 +1162,18 @@ static void vu_rings_reset(VhostUser *vu)
  * applied by vu_device_update after the message). 0 stops the device, which
  * completes its in-flight requests, but keeps the ring state: QEMU 7.2 sends
  * it before GET_VRING_BASE and then needs each ring's base. It is not a
- * device reset (the guest's writeback setting stays); RESET_DEVICE is.
+ * device reset (the guest's writeback setting stays); RESET_DEVICE is. It
+ * does clear NEEDS_RESET (virtio's reset is writing 0; QEMU 7.2 writes it
+ * when the guest resets the device), once the rings have stopped.
+ *
+ * NEEDS_RESET is the device's bit. While it is set a front end may write it
+ * back (QEMU 7.2's vhost_user_add_status writes GET_STATUS's value with its
+ * own bits or-ed in); that changes nothing. Otherwise it is refused.
  */
 static bool vu_set_status(VhostUser *vu, const VuMsg *m, GError **errp)
 {
     uint64_t v;
+    bool reset;
 
     if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_STATUS), "STATUS was not negotiated",
                  errp) ||
@@ -1142,6 +1181,10 @@ static bool vu_set_status(VhostUser *vu, const VuMsg *m, GError **errp)
         return false;
     }
     v = vu_get_u64(m);
+    reset = v == 0;
+    if ((v & VIRTIO_CONFIG_S_NEEDS_RESET) && vu_needs_reset(vu)) {
+        v &= ~(uint64_t)VIRTIO_CONFIG_S_NEEDS_RESET;
+    }
     if (v & ~(uint64_t)VU_STATUS_WRITABLE) {
         g_set_error(errp, VU_ERROR, EINVAL,
                     "status 0x%" PRIx64 " has bits other than 0x%x (ACKNOWLEDGE, DRIVER, "
@@ -1154,20 +1197,27 @@ static bool vu_set_status(VhostUser *vu, const VuMsg *m, GError **errp)
         v &= ~(uint64_t)VIRTIO_CONFIG_S_FEATURES_OK;
     }
     vu->status = (uint8_t)v;
+    if (reset) {
+        /* vu_device_update would stop the rings after this message; stop them first. */
+        vu_device_stop(vu);
+        vu_clear_needs_reset(vu);
+    }
     return true;
 }
 
 /*
  * RESET_DEVICE: the device as after SET_OWNER. The rings stop (in-flight
  * requests complete first) and are forgotten with their fds, the status is
- * 0, the virtio features must be set again, the device model is reset
- * (writeback back to its initial value) and the inflight region is dropped.
+ * 0 (NEEDS_RESET cleared too), the virtio features must be set again, the
+ * device model is reset (writeback back to its initial value) and the
+ * inflight region is dropped.
  * The session stays: owner, protocol features, memory table, back-end
  * channel.
  */
 static void vu_reset_device(VhostUser *vu)
 {
     vu_device_stop(vu);
+    vu_clear_needs_reset(vu);
     vu_rings_reset(vu);
     vu_inflight_unmap(vu);
     vu->status = 0;
@@ -1292,11 +1342,12 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
         vu->owner = true;
         return true;
     case VHOST_USER_RESET_OWNER:
-        /* Deprecated: stop the rings; the memory table and features stay. */
+        /* Deprecated: stop the rings (NEEDS_RESET goes); the memory table and features stay. */
         if (!vu_payload_size(m, 0, errp)) {
             return false;
         }
         vu_device_stop(vu);
+        vu_clear_needs_reset(vu);
         vu_rings_reset(vu);
         return true;
     case VHOST_USER_SET_MEM_TABLE:
@@ -1431,7 +1482,7 @@ static bool vu_dispatch(VhostUser *vu, VuMsg *m, GError **errp)
         m->replied = true;
         return vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_STATUS), "STATUS was not negotiated",
                        errp) &&
-               vu_payload_size(m, 0, errp) && vu_reply_u64(vu, req, vu->status, errp);
+               vu_payload_size(m, 0, errp) && vu_reply_u64(vu, req, vu_status(vu), errp);
     case VHOST_USER_RESET_DEVICE:
         if (!vu_need(vu_has_proto(vu, VHOST_USER_PROTOCOL_F_RESET_DEVICE),
                      "RESET_DEVICE was not negotiated", errp) ||

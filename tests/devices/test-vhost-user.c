@@ -1163,6 +1163,157 @@ static void test_reset_device_inflight(void)
     daemon_stop(dm);
 }
 
+static unsigned count_lines(const char *log, const char *what);
+
+/* GET_STATUS until it shows NEEDS_RESET (the ring breaks in its owner thread, after the kick). */
+static uint64_t fe_wait_needs_reset(Fe *fe)
+{
+    uint64_t s = 0;
+
+    for (unsigned i = 0; i < 500; i++) {
+        s = fe_status(fe);
+        if (s & VIRTIO_CONFIG_S_NEEDS_RESET) {
+            break;
+        }
+        g_usleep(10000);
+    }
+    return s;
+}
+
+/* On a fresh ring @q: one chain the virtqueue refuses, published and kicked. */
+static void vq_publish_bad_chain(Fe *fe, unsigned q, bool loop)
+{
+    if (loop) {
+        /* 0 -> 1 -> 0 ...: readable descriptors inside RAM (the table itself). */
+        uint64_t ram = testvq_desc_gpa(fe->vq[q]);
+
+        testvq_set_desc(fe->vq[q], 0, ram, 16, VRING_DESC_F_NEXT, 1);
+        testvq_set_desc(fe->vq[q], 1, ram, 16, VRING_DESC_F_NEXT, 0);
+    } else {
+        testvq_set_desc(fe->vq[q], 0, 1ull << 50, 16, 0, 0); /* outside guest RAM */
+    }
+    testvq_publish(fe->vq[q], 0);
+    testvq_kick_force(fe->vq[q]);
+}
+
+/*
+ * DEVICE_NEEDS_RESET (virtio 2.1.2): a chain the virtqueue refuses breaks its
+ * ring, and GET_STATUS shows NEEDS_RESET with the front end's own bits. The
+ * broken ring serves nothing more; the other ring runs on. The front end
+ * may write the bit back (QEMU 7.2's read-modify-write) without effect. Each
+ * reset clears it: SET_STATUS 0, RESET_DEVICE, RESET_OWNER and a new
+ * connection; new rings then serve I/O and the data written before reads
+ * back.
+ */
+static void test_needs_reset(void)
+{
+    const uint64_t started = S_STARTED | VIRTIO_CONFIG_S_FEATURES_OK;
+    const uint64_t broken = started | VIRTIO_CONFIG_S_NEEDS_RESET;
+    Daemon *dm = daemon_start(false);
+    uint8_t w[4096], w2[4096], r[4096];
+    TestBlkReq req;
+    Fe *fe;
+
+    fe_want_proto = P_STATUS | P_RESET_DEVICE;
+    fe = fe_open(dm->sock, 2);
+    fe_start_status(fe, NQ, false, true);
+    g_assert_cmphex(fe_status(fe), ==, started);
+    memset(w, 0x6e, sizeof(w));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_OUT, 24, w, 4096), ==, VIRTIO_BLK_S_OK);
+
+    /* A descriptor outside guest RAM on ring 0. */
+    vq_publish_bad_chain(fe, 0, false);
+    g_assert_cmphex(fe_wait_needs_reset(fe), ==, broken);
+    /* Ring 0 serves nothing more; ring 1 runs on. */
+    req = testblk_submit(fe->vq[0], VIRTIO_BLK_T_IN, 24, NULL, 4096, false);
+    g_assert_cmpint(req.head, >=, 0);
+    testvq_kick_force(fe->vq[0]);
+    g_assert_true(vq_quiet(fe, 0, 0, 300));
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 24, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    /* Written back with the front end's bits: accepted, still set (only a reset clears it). */
+    fe_set_status(fe, broken);
+    g_assert_cmphex(fe_status(fe), ==, broken);
+    /*
+     * SET_STATUS 0 (a guest reset through QEMU 7.2) clears it. Then QEMU's
+     * GET_VRING_BASE of each ring, and new rings: both serve, ring 0 too.
+     */
+    fe_set_status(fe, 0);
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    for (unsigned i = 0; i < NQ; i++) {
+        uint32_t st[2] = {i, 0};
+
+        fe_send(fe, GET_VRING_BASE, 0, st, 8, NULL, 0);
+        fe_reply(fe, GET_VRING_BASE, st, 8);
+    }
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    fe_start_status(fe, NQ, true, true);
+    g_assert_cmphex(fe_status(fe), ==, started);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 24, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+
+    /* A chain that loops, on ring 1; ring 0 runs on; RESET_DEVICE clears it. */
+    vq_publish_bad_chain(fe, 1, true);
+    g_assert_cmphex(fe_wait_needs_reset(fe), ==, broken);
+    memset(w2, 0x7f, sizeof(w2));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_OUT, 32, w2, 4096), ==, VIRTIO_BLK_S_OK);
+    fe_send(fe, RESET_DEVICE, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_ack(fe, RESET_DEVICE);
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    fe_start_status(fe, NQ, true, true);
+    g_assert_cmphex(fe_status(fe), ==, started);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 24, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 32, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w2, 4096);
+
+    /* RESET_OWNER clears it (the status the front end set stays, as before). */
+    vq_publish_bad_chain(fe, 0, false);
+    g_assert_cmphex(fe_wait_needs_reset(fe), ==, broken);
+    fe_send(fe, RESET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_ack(fe, RESET_OWNER);
+    g_assert_cmphex(fe_status(fe), ==, started);
+    fe_start_status(fe, NQ, true, true);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 0, VIRTIO_BLK_T_IN, 32, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w2, 4096);
+
+    /* A broken ring, then the connection ends: the next session starts without it. */
+    vq_publish_bad_chain(fe, 1, false);
+    g_assert_cmphex(fe_wait_needs_reset(fe), ==, broken);
+    fe_close(fe);
+    fe = fe_open(dm->sock, 2);
+    fe_want_proto = 0;
+    g_assert_cmphex(fe_status(fe), ==, 0);
+    fe_start_status(fe, NQ, false, true);
+    g_assert_cmphex(fe_status(fe), ==, started);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpuint(fe_io(fe, 1, VIRTIO_BLK_T_IN, 24, r, 4096), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpmem(r, 4096, w, 4096);
+    fe_close(fe);
+    daemon_log_clean(dm);
+    {
+        g_autofree char *log = daemon_log(dm);
+
+        /* One line per broken ring, each naming the export and the reason. */
+        g_assert_cmpuint(count_lines(log, "exp0: virtqueue error:"), ==, 4);
+        g_assert_cmpuint(count_lines(log, "(device needs reset)"), ==, 4);
+        g_assert_cmpuint(count_lines(log, "descriptor buffer outside guest RAM"), ==, 3);
+        g_assert_cmpuint(count_lines(log, "descriptor chain loops"), ==, 1);
+    }
+    daemon_stop(dm);
+}
+
+static void test_needs_reset_block_layer(void)
+{
+    export_extra = ",x-data-plane=off";
+    test_needs_reset();
+    export_extra = "";
+}
+
 typedef void HostileFn(Fe *fe);
 
 static void h_bad_version(Fe *fe)
@@ -2469,6 +2620,8 @@ int main(int argc, char **argv)
     g_test_add_func("/vhost-user/status-block-layer", test_status_block_layer);
     g_test_add_func("/vhost-user/reset-device", test_reset_device);
     g_test_add_func("/vhost-user/reset-device-inflight", test_reset_device_inflight);
+    g_test_add_func("/vhost-user/needs-reset", test_needs_reset);
+    g_test_add_func("/vhost-user/needs-reset-block-layer", test_needs_reset_block_layer);
     g_test_add_func("/vhost-user/hostile", test_hostile);
     g_test_add_func("/vhost-user/hostile-block-layer", test_hostile_block_layer);
     g_test_add_func("/vhost-user/bad-ring", test_bad_ring);
