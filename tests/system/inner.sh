@@ -882,11 +882,67 @@ fi
 rm -f "$dir/nbd.img"
 }
 
+# NBD over TCP (127.0.0.1) with QEMU's -blockdev form, the block-layer path at
+# boot, and the server restarted while the guest's fio runs: the client waits
+# (reconnect-delay) and carries on, on whichever path the device is then.
+s23() {
+if ! command -v qemu-storage-daemon >/dev/null; then
+    echo "skip - NBD over TCP in the guest: no qemu-storage-daemon in L1 (scripts/systest passes --qemu)"
+    return
+fi
+nport=10819
+rm -f "$dir/nbdt.img"; truncate -s 256M "$dir/nbdt.img"
+nbd_qsd() {
+    qemu-storage-daemon --blockdev "driver=file,node-name=f0,filename=$dir/nbdt.img" \
+        --nbd-server "addr.type=inet,addr.host=127.0.0.1,addr.port=$nport" \
+        --export type=nbd,id=e0,node-name=f0,name=d0,writable=on >>"$dir/nbdt-qsd.log" 2>&1 &
+    qsd=$!
+    i=0
+    while ! grep -q ":$(printf %04X $nport) 00000000:0000 0A" /proc/net/tcp 2>/dev/null &&
+        kill -0 $qsd 2>/dev/null && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
+}
+: >"$dir/nbdt-qsd.log"
+nbd_qsd
+vblk_qmp_launch "$dir/nbdt.log" "VBLK-FIO-JOB 120" "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=64M" \
+    -smp 1 -no-reboot \
+    -blockdev "driver=nbd,node-name=n0,server.type=inet,server.host=127.0.0.1,server.port=$nport,export=d0,reconnect-delay=30" \
+    -device virtio-blk-pci,id=disk0,drive=n0,x-data-plane=off
+k=0; restarted=0
+while [ $k -lt 10 ] && kill -0 "$vpid" 2>/dev/null; do
+    if [ $k -eq 2 ]; then
+        # the server goes away mid-I/O for 2 s and comes back on the same port
+        kill $qsd 2>/dev/null; wait $qsd 2>/dev/null
+        sleep 2
+        kill -0 "$vpid" 2>/dev/null && nbd_qsd && restarted=1
+    fi
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":true}}'
+    sleep 0.3
+    qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":false}}'
+    sleep 0.3
+    k=$((k + 1))
+done
+qmp '{"execute":"query-block"}'
+vblk_qmp_reap
+kill $qsd 2>/dev/null; wait $qsd 2>/dev/null
+sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
+kib=$(blocks_kib "$dir/nbdt.img")
+echo "# server restarted=$restarted; host file: $kib KiB allocated"
+if [ $rc -eq 0 ] && [ $restarted = 1 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/nbdt.log" &&
+    ! grep -q '"error"' "$dir/qmp.out" && grep -q '"drv": "nbd"' "$dir/qmp.out" && [ "$kib" -ge 32768 ]; then
+    ok "NBD disk over TCP (-blockdev driver=nbd, server.type=inet): fio crc32c verify through a server restart and 20 x-data-plane switches"
+else
+    nok "NBD over TCP: fio crc32c verify through a server restart (rc=$rc restarted=$restarted host KiB=$kib)" "$dir/nbdt.log"
+    tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
+    tail -n 5 "$dir/nbdt-qsd.log" | sed 's/^/#   qsd: /'
+fi
+rm -f "$dir/nbdt.img"
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=22
+nsections=23
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
