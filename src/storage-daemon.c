@@ -5,6 +5,7 @@
  *
  *   --blockdev driver=file,node-name=N,filename=F   (QEMU's keys, see block.h)
  *   --object iothread,id=T[,poll-max-ns=..,poll-grow=..,poll-shrink=..]
+ *   --object secret,id=S,data=..|file=..[,format=raw|base64]
  *   --export [type=]vhost-user-blk,id=E,node-name=N,addr.type=unix,addr.path=P
  *            [,writable=on|off][,logical-block-size=B][,num-queues=Q][,iothread=T]
  *            [,x-data-plane=on|off]
@@ -32,6 +33,7 @@
 #include "event/iothread-registry.h"
 #include "monitor/qmp.h"
 #include "util/error-report.h"
+#include "util/secret.h"
 #include "vmm/options.h"
 
 typedef struct Node {
@@ -69,6 +71,8 @@ static const char usage[] =
     "                            configure a QMP monitor\n"
     "  --object iothread,id=<id>[,poll-max-ns=<ns>][,poll-grow=<n>][,poll-shrink=<n>]\n"
     "                            create an iothread\n"
+    "  --object secret,id=<id>,data=<data>|file=<path>[,format=raw|base64]\n"
+    "                            a secret (an rbd node's key-secret=<id>)\n"
     "  --pidfile <path>          write process ID to a file after startup\n"
     "  --daemonize               daemonize the process, and have the parent exit\n"
     "                            once startup is complete\n";
@@ -161,6 +165,50 @@ static bool parse_int(const char *opt, const char *key, const char *v, int64_t *
     return true;
 }
 
+static void iothread_id_match(const char *id, IOThread *t, const IOThreadParams *params,
+                              void *opaque)
+{
+    const char **want = opaque;
+
+    if (*want && !strcmp(id, *want)) {
+        *want = NULL;
+    }
+}
+
+/* Whether an --object iothread has the id @id. */
+static bool iothread_id_taken(const char *id)
+{
+    const char *want = id;
+
+    iothread_registry_foreach(iothread_id_match, &want);
+    return want == NULL;
+}
+
+/* --object secret (util/secret.h): registered at once, as --blockdev opens at once too. */
+static bool add_secret(GPtrArray *pairs, GError **errp)
+{
+    SecretProps props = {0};
+    GError *err = NULL;
+
+    for (guint i = 1; i < pairs->len; i++) {
+        OptPair *p = pairs->pdata[i];
+
+        if (!secret_props_set(&props, p->key, p->value, &err)) {
+            break;
+        }
+    }
+    if (!err && props.id && iothread_id_taken(props.id)) {
+        g_set_error(&err, SD_ERROR, EEXIST, "duplicate ID '%s' for object", props.id);
+    }
+    if (err || !secret_add(&props, &err)) {
+        g_set_error(errp, SD_ERROR, EINVAL, "--object secret%s%s: %s", props.id ? ",id=" : "",
+                    props.id ? props.id : "", err->message);
+        g_error_free(err);
+        return false;
+    }
+    return true;
+}
+
 static bool add_object(const char *arg, GError **errp)
 {
     g_autoptr(GPtrArray) pairs = opts_split(arg, "qom-type", errp);
@@ -169,6 +217,10 @@ static bool add_object(const char *arg, GError **errp)
 
     if (!pairs) {
         return false;
+    }
+    if (pairs->len && !strcmp(((OptPair *)pairs->pdata[0])->key, "qom-type") &&
+        !strcmp(((OptPair *)pairs->pdata[0])->value, "secret")) {
+        return add_secret(pairs, errp);
     }
     iothread_params_init(&params);
     for (guint i = 0; i < pairs->len; i++) {
@@ -204,7 +256,12 @@ static bool add_object(const char *arg, GError **errp)
     }
     if (!type || strcmp(type, "iothread")) {
         g_set_error(errp, SD_ERROR, EINVAL,
-                    "--object: only 'iothread' objects are supported, not '%s'", type ? type : "");
+                    "--object: only 'iothread' and 'secret' objects are supported, not '%s'",
+                    type ? type : "");
+        return false;
+    }
+    if (secret_exists(id ? id : "")) {
+        g_set_error(errp, SD_ERROR, EEXIST, "--object: duplicate ID '%s' for object", id);
         return false;
     }
     if (!id || !*id) {

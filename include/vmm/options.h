@@ -80,6 +80,12 @@ typedef struct IothreadOptions {
     int64_t aio_max_batch; /* accepted and not used */
 } IothreadOptions;
 
+/* -object secret (QEMU's properties; registered with util/secret.h when the machine starts). */
+typedef struct SecretOptions {
+    char *id, *data, *file, *format;
+    char *arg; /* the option's argument, for error messages */
+} SecretOptions;
+
 /* -chardev, -mon, -qmp, -monitor: stored for the monitor, not interpreted here. */
 typedef struct RawOption {
     char *name; /* "-chardev", "-mon", "-qmp", "-monitor" */
@@ -116,6 +122,7 @@ typedef struct VmmOptions {
     GPtrArray *drives;    /* DriveOptions* */
     GPtrArray *devices;   /* DeviceOptions* (includes if=virtio drives' devices) */
     GPtrArray *iothreads; /* IothreadOptions* */
+    GPtrArray *secrets;   /* SecretOptions* */
     GPtrArray *raw;       /* RawOption*: -chardev, -mon, -qmp, -monitor */
     GPtrArray *warnings;  /* char*: accepted-but-ignored notes, printed by main */
 } VmmOptions;
@@ -124,6 +131,11 @@ typedef struct VmmOptions {
 VmmOptions *options_parse(int argc, char **argv, GError **errp);
 /* Context: main thread */
 void options_free(VmmOptions *opts);
+/*
+ * Context: main thread. Register the -object secrets (util/secret.h) before
+ * the block nodes open; false with @errp set ("-object secret,id=ID: ...").
+ */
+bool options_register_secrets(const VmmOptions *opts, GError **errp);
 /* Context: main thread. The --help text. */
 const char *options_usage(void);
 

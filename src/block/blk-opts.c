@@ -195,8 +195,17 @@ static void drive_nodes(const BlockDriveConf *c, BlockOpts *in, BlockOpts *out)
         return;
     }
     if (blk_is_rbd_filename(c->file)) {
+        /* the cephx key's secret: file.key-secret, or QEMU's -drive name file.password-secret */
+        const char *secret = block_opts_get(in, "file.key-secret");
+
         block_opts_set(out, "file.driver", "rbd");
         block_opts_set(out, "file.filename", c->file);
+        if (!secret) {
+            secret = block_opts_get(in, "file.password-secret");
+        }
+        if (secret) {
+            block_opts_set(out, "file.key-secret", secret);
+        }
         return;
     }
     block_opts_set(out, "file.driver",

@@ -4,14 +4,18 @@
  * librbd the open fails with "rbd support not compiled in".
  *
  * Options, as QEMU's: pool, image (both required), namespace, conf (a
- * ceph.conf; librados' default search without it), user (the client id).
+ * ceph.conf; librados' default search without it), user (the client id),
+ * key-secret (the id of a `-object secret` holding the user's cephx key;
+ * QEMU's -drive name password-secret is taken too). The key goes to
+ * librados as its "key" option, which wins over a keyring from the conf.
  * "filename" takes QEMU's legacy form instead, which -drive file= uses:
  *
  *   rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:KEY=VALUE]...
  *
  * where KEY is "id" (the user), "conf", or any Ceph option (handed to
  * rados_conf_set); a backslash escapes ':', '/', '@', '=' and itself.
- * Snapshots, mon hosts (server.*), secrets and encryption are refused.
+ * Snapshots, mon hosts (server.*), keys in the filename and encryption are
+ * refused.
  * query-block shows QEMU's json: filename of the strong options (nested in
  * the raw node's for -drive), cluster-size and, for an rbd root, QEMU's
  * empty format-specific block.
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 
 #include "ioq-drv.h"
+#include "util/secret.h"
 
 #define RBD_BOUNCE_POOL (1u << 20) /* unused by the engine (iovecs go to librbd) */
 
@@ -31,7 +36,8 @@ typedef struct RbdState {
     IoqDrv io; /* first: the IOQ's request glue (ioq-drv.h) */
     BlockNode *bs;
     char *pool, *ns, *image, *conf, *user;
-    GPtrArray *kv; /* key, value, ..., NULL: more Ceph options from the filename */
+    GPtrArray *kv; /* key, value, ..., NULL: more Ceph options from the filename, and
+                      "key" with the cephx key of key-secret= (wiped when freed) */
     bool legacy;    /* opened from an "rbd:" filename */
     char *filename; /* QEMU's json: filename of the node */
     char *raw_filename; /* ... and of a raw node over it (-drive) */
@@ -113,7 +119,9 @@ static bool parse_legacy(RbdState *s, const char *fn, GError **errp)
             g_free(s->conf);
             s->conf = g_steal_pointer(&val);
         } else if (!strcmp(key, "keyring") || !strcmp(key, "key")) {
-            g_set_error(errp, BLOCK_ERROR, ENOTSUP, "rbd option '%s' is not supported", key);
+            g_set_error(errp, BLOCK_ERROR, ENOTSUP,
+                        "rbd option '%s' is not supported (name the keyring in the conf, or "
+                        "give the key with key-secret=)", key);
             return false;
         } else {
             g_ptr_array_add(s->kv, g_steal_pointer(&key));
@@ -125,14 +133,15 @@ static bool parse_legacy(RbdState *s, const char *fn, GError **errp)
 
 static bool parse_opts(RbdState *s, BlockOpts *opts, GError **errp)
 {
-    static const char *const refused[] = {"snapshot", "server.0.host", "key-secret",
-                                          "password-secret", "encrypt.format", "auth-client-required"};
+    static const char *const refused[] = {"snapshot", "server.0.host", "encrypt.format",
+                                          "auth-client-required"};
     const char *fn = block_opts_get(opts, "filename");
     const char *pool = block_opts_get(opts, "pool");
     const char *image = block_opts_get(opts, "image");
     const char *ns = block_opts_get(opts, "namespace");
     const char *conf = block_opts_get(opts, "conf");
     const char *user = block_opts_get(opts, "user");
+    const char *secret = block_opts_get(opts, "key-secret");
 
     for (unsigned i = 0; i < G_N_ELEMENTS(refused); i++) {
         if (block_opts_get(opts, refused[i])) {
@@ -172,6 +181,18 @@ static bool parse_opts(RbdState *s, BlockOpts *opts, GError **errp)
     if (user) {
         g_free(s->user);
         s->user = g_strdup(user);
+    }
+    if (!secret) {
+        secret = block_opts_get(opts, "password-secret"); /* QEMU's -drive name of it */
+    }
+    if (secret) {
+        char *key = secret_lookup_base64(secret, errp);
+
+        if (!key) {
+            return false;
+        }
+        g_ptr_array_add(s->kv, g_strdup("key"));
+        g_ptr_array_add(s->kv, key);
     }
     return true;
 }
@@ -234,7 +255,7 @@ static bool rbd_open(BlockNode *bs, BlockOpts *opts, GError **errp)
     IOQConfig cfg = {.engine = "rbd", .fd = -1, .bounce_pool_size = RBD_BOUNCE_POOL};
 
     s->bs = bs;
-    s->kv = g_ptr_array_new_with_free_func(g_free);
+    s->kv = g_ptr_array_new_with_free_func((GDestroyNotify)secret_free_string);
     if (!ioq_have_rbd()) {
         g_set_error(errp, BLOCK_ERROR, ENOTSUP, "rbd support not compiled in");
         goto fail;

@@ -258,8 +258,15 @@ static bool connect_image(RbdEngine *e, const IOQRbdConfig *c, GError **errp)
     }
     r = rados_connect(e->cluster);
     if (r < 0) {
-        return fail(errp, r, "error connecting to the cluster%s",
-                    c->conf && *c->conf ? "" : " (no conf given)");
+        const char *hint = "";
+
+        if (!c->conf || !*c->conf) {
+            hint = " (no conf given)";
+        } else if (r == -ENOENT) {
+            /* librados found neither a keyring nor a key for the user */
+            hint = " (no key for the user: name a keyring in the conf or give key-secret)";
+        }
+        return fail(errp, r, "error connecting to the cluster%s", hint);
     }
     e->connected = true;
     r = rados_ioctx_create(e->cluster, c->pool, &e->io);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/secret.h"
 #include "vmm/acpi.h"
 #include "vmm/boot.h"
 #include "vmm/console.h"
@@ -514,7 +515,8 @@ int machine_run(const VmmOptions *opts)
         g_array_free(m.cleanups, TRUE);
         return 1;
     }
-    if (machine_build(&m, &err) && machine_monitors_open(&m, opts, &have_qmp, &err)) {
+    if (options_register_secrets(opts, &err) && machine_build(&m, &err) &&
+        machine_monitors_open(&m, opts, &have_qmp, &err)) {
         machine_signal_vm = m.vm;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
@@ -538,5 +540,6 @@ int machine_run(const VmmOptions *opts)
     machine_signal_vm = NULL;
     machine_teardown(&m);
     machine_debug_stop();
+    secret_clear_all();
     return status;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "options-internal.h"
+#include "util/secret.h"
 #include "vmm/vmm.h"
 
 #define VIRTIO_BLK_MAX_QUEUES 1024
@@ -76,6 +77,18 @@ void device_options_free(gpointer p)
 }
 
 /* Context: main thread */
+void secret_options_free(gpointer p)
+{
+    SecretOptions *s = p;
+
+    g_free(s->id);
+    secret_free_string(s->data);
+    g_free(s->file);
+    g_free(s->format);
+    secret_free_string(s->arg);
+    g_free(s);
+}
+
 void iothread_options_free(gpointer p)
 {
     IothreadOptions *t = p;
@@ -177,7 +190,8 @@ static bool drive_key(DriveOptions *d, const OptPair *p, const char *name, const
                !strcmp(p->key, "node-name") || g_str_has_prefix(p->key, "throttling.") ||
                !strcmp(p->key, "read-zeroes") || !strcmp(p->key, "latency-ns") ||
                !strcmp(p->key, "size") || !strcmp(p->key, "reconnect-delay") ||
-               !strcmp(p->key, "file.reconnect-delay")) {
+               !strcmp(p->key, "file.reconnect-delay") || !strcmp(p->key, "file.key-secret") ||
+               !strcmp(p->key, "file.password-secret")) {
         /* Block-layer keys: checked by the block layer when the drive is opened. */
         drive_add_block_opt(d, p->key, p->value);
     } else if (!strcmp(p->key, "media")) {
@@ -822,6 +836,81 @@ static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg,
     return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
 }
 
+/* Whether an -object (iothread or secret) has the id @id already. */
+static bool options_object_id_taken(VmmOptions *o, const char *id)
+{
+    for (guint i = 0; i < o->iothreads->len; i++) {
+        if (!strcmp(((IothreadOptions *)o->iothreads->pdata[i])->id, id)) {
+            return true;
+        }
+    }
+    for (guint i = 0; i < o->secrets->len; i++) {
+        if (!strcmp(((SecretOptions *)o->secrets->pdata[i])->id, id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * -object secret: its properties checked here (the secret itself is read
+ * and registered when the machine starts: options_register_secrets()).
+ */
+static bool object_secret(VmmOptions *o, const char *name, GPtrArray *kv, GError **errp)
+{
+    SecretProps props = {0};
+    g_autofree char *safe = NULL; /* the argument without data= in messages */
+    SecretOptions *s;
+
+    for (guint i = 1; i < kv->len; i++) {
+        const OptPair *p = kv->pdata[i];
+        GError *err = NULL;
+
+        if (!secret_props_set(&props, p->key, p->value, &err)) {
+            opt_fail(errp, name, "secret", "%s", err->message);
+            g_error_free(err);
+            return false;
+        }
+    }
+    if (!props.id || !*props.id) {
+        return opt_fail(errp, name, "secret", "%s", "id= is required");
+    }
+    safe = g_strdup_printf("secret,id=%s", props.id);
+    if (!props.data == !props.file) {
+        return opt_fail(errp, name, safe, "%s", "one of data= or file= is required, not both");
+    }
+    if (props.format && strcmp(props.format, "raw") && strcmp(props.format, "base64")) {
+        return opt_fail(errp, name, safe, "Parameter 'format' does not accept value '%s'",
+                        props.format);
+    }
+    if (options_object_id_taken(o, props.id)) {
+        return opt_fail(errp, name, safe, "duplicate ID '%s' for object", props.id);
+    }
+    s = g_new0(SecretOptions, 1);
+    s->id = g_strdup(props.id);
+    s->data = g_strdup(props.data);
+    s->file = g_strdup(props.file);
+    s->format = g_strdup(props.format);
+    s->arg = g_strdup_printf("-%s %s", name, safe);
+    g_ptr_array_add(o->secrets, s);
+    return true;
+}
+
+/* Context: main thread */
+bool options_register_secrets(const VmmOptions *o, GError **errp)
+{
+    for (guint i = 0; i < o->secrets->len; i++) {
+        const SecretOptions *s = o->secrets->pdata[i];
+        SecretProps p = {.id = s->id, .data = s->data, .file = s->file, .format = s->format};
+
+        if (!secret_add(&p, errp)) {
+            g_prefix_error(errp, "%s: ", s->arg);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Context: main thread */
 bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
 {
@@ -831,8 +920,12 @@ bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
     if (!kv || kv->len == 0 || strcmp(((OptPair *)kv->pdata[0])->key, "qom-type")) {
         return opt_fail(errp, name, arg, "%s", "the object type must come first");
     }
+    if (!strcmp(((OptPair *)kv->pdata[0])->value, "secret")) {
+        return object_secret(o, name, kv, errp);
+    }
     if (strcmp(((OptPair *)kv->pdata[0])->value, "iothread")) {
-        return opt_fail(errp, name, arg, "object type '%s' is not supported (only iothread)",
+        return opt_fail(errp, name, arg,
+                        "object type '%s' is not supported (only iothread and secret)",
                         ((OptPair *)kv->pdata[0])->value);
     }
     t = g_new0(IothreadOptions, 1);
@@ -848,6 +941,11 @@ bool opt_object(VmmOptions *o, const char *name, const char *arg, GError **errp)
     }
     for (guint i = 0; i + 1 < o->iothreads->len; i++) {
         if (!strcmp(((IothreadOptions *)o->iothreads->pdata[i])->id, t->id)) {
+            return opt_fail(errp, name, arg, "duplicate ID '%s' for object", t->id);
+        }
+    }
+    for (guint i = 0; i < o->secrets->len; i++) {
+        if (!strcmp(((SecretOptions *)o->secrets->pdata[i])->id, t->id)) {
             return opt_fail(errp, name, arg, "duplicate ID '%s' for object", t->id);
         }
     }

@@ -20,5 +20,6 @@ bool options_check_devices(VmmOptions *o, GError **errp);
 void drive_options_free(gpointer p);
 void device_options_free(gpointer p);
 void iothread_options_free(gpointer p);
+void secret_options_free(gpointer p);
 
 #endif /* VBLK_OPTIONS_INTERNAL_H */

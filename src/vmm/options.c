@@ -41,6 +41,8 @@ static const char options_usage_text[] =
     "         [{\"iothread\":ID[,\"vqs\":[N,...]]},...]  (queues per iothread; round robin\n"
     "         without vqs); num-queues defaults to the vCPU count\n"
     "  -object iothread,id=ID  a dedicated I/O thread for devices naming it\n"
+    "  -object secret,id=ID,data=DATA|file=PATH[,format=raw|base64]\n"
+    "                          a secret (the rbd driver's key-secret=ID)\n"
     "  -serial stdio|file:PATH|null|none   ttyS0 backend (default stdio)\n"
     "  -nographic              no display; serial on stdio (C-a x quits, C-a h help)\n"
     "  -qmp SPEC, -chardev ..., -mon ..., -monitor SPEC   QMP and the human monitor\n"
@@ -417,6 +419,7 @@ static VmmOptions *options_new(void)
     o->drives = g_ptr_array_new_with_free_func(drive_options_free);
     o->devices = g_ptr_array_new_with_free_func(device_options_free);
     o->iothreads = g_ptr_array_new_with_free_func(iothread_options_free);
+    o->secrets = g_ptr_array_new_with_free_func(secret_options_free);
     o->raw = g_ptr_array_new_with_free_func(raw_option_free);
     o->warnings = g_ptr_array_new_with_free_func(g_free);
     return o;
@@ -437,6 +440,7 @@ void options_free(VmmOptions *o)
     g_ptr_array_free(o->drives, TRUE);
     g_ptr_array_free(o->devices, TRUE);
     g_ptr_array_free(o->iothreads, TRUE);
+    g_ptr_array_free(o->secrets, TRUE);
     g_ptr_array_free(o->raw, TRUE);
     g_ptr_array_free(o->warnings, TRUE);
     g_free(o);

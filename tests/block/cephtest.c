@@ -3,6 +3,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cephtest.h"
@@ -80,6 +81,55 @@ void ceph_test_image_remove(const char *conf, const char *image)
     char *argv[] = {"rbd", "-c", (char *)conf, "--no-progress", "rm", spec, NULL};
 
     run(argv, NULL);
+}
+
+char *ceph_test_path(const char *conf, const char *name)
+{
+    g_autofree char *dir = g_path_get_dirname(conf);
+
+    return g_build_filename(dir, name, NULL);
+}
+
+char *ceph_test_key(const char *conf, const char *user)
+{
+    g_autofree char *name = g_strdup_printf("client.%s.keyring", user);
+    g_autofree char *path = ceph_test_path(conf, name);
+    g_autofree char *text = NULL;
+    g_auto(GStrv) lines = NULL;
+
+    if (g_file_get_contents(path, &text, NULL, NULL)) {
+        lines = g_strsplit(text, "\n", -1);
+        for (unsigned i = 0; lines[i]; i++) {
+            const char *l = g_strstrip(lines[i]);
+
+            if (g_str_has_prefix(l, "key")) {
+                const char *eq = strchr(l, '=');
+
+                if (eq) {
+                    return g_strstrip(g_strdup(eq + 1));
+                }
+            }
+        }
+        return NULL;
+    }
+    if (!strcmp(user, "vblk-key")) {
+        g_free(path);
+        path = ceph_test_path(conf, "vblk-key.secret");
+        if (g_file_get_contents(path, &text, NULL, NULL)) {
+            return g_strstrip(g_steal_pointer(&text));
+        }
+    }
+    return NULL;
+}
+
+char *ceph_test_wrong_key(const char *key)
+{
+    char *k = g_strdup(key);
+
+    /* base64 position 24 is in the 16 secret bytes (after 12 bytes of header) */
+    g_assert_cmpuint(strlen(k), >, 30);
+    k[24] = k[24] == 'A' ? 'B' : 'A';
+    return k;
 }
 
 bool ceph_test_osd(bool start)

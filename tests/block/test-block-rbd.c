@@ -6,15 +6,25 @@
  * no crash), and werror=report when the OSD stops (rados_osd_op_timeout
  * from the filename), then I/O again once it is back; werror=stop parks the
  * write and resuming after the OSD's restart completes it.
+ * cephx (the cluster requires it): the restricted user client.vblk through
+ * its keyring reads back what it wrote (-blockdev user=, -drive :id=);
+ * key-secret= with the right key (client.vblk-key, which has no keyring, so
+ * only the secret can authenticate it), on -blockdev and as -drive's
+ * file.password-secret; a wrong key fails at once with "Permission denied"
+ * even though client.vblk's keyring holds the right one; a missing secret;
+ * a user without caps on the pool fails cleanly.
  * Exits 77 (skip) with the reason when no cluster answers; without librbd it
  * checks the "not compiled in" error only.
  */
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cephtest.h"
 #include "remotefix.h"
 #include "ioq/ioq.h"
+#include "util/secret.h"
 
 #define SIZE (8u << 20)
 
@@ -118,6 +128,165 @@ static void test_errors(void)
     ceph_test_image_remove(conf, img);
 }
 
+/* rf_expect_err() on options made from @fmt. */
+static void G_GNUC_PRINTF(3, 4) expect_errf(bool blockdev, const char *want, const char *fmt, ...)
+{
+    g_autofree char *opts = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    opts = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    rf_expect_err(blockdev, opts, want);
+}
+
+/* Whether the cluster has scripts/ceph-cluster's cephx users (else the test is skipped). */
+static bool have_cephx_users(void)
+{
+    g_autofree char *k = ceph_test_key(conf, "vblk");
+    g_autofree char *k2 = ceph_test_key(conf, "vblk-key");
+
+    if (!k || !k2) {
+        g_test_skip("the test cluster has no cephx users (made by an older scripts/ceph-cluster: "
+                    "destroy it and start it again)");
+        return false;
+    }
+    return true;
+}
+
+/* Write 64 KiB of pattern @seed at 4096 + flush through @blk. */
+static void write_pattern(BlockBackend *blk, uint8_t seed)
+{
+    static uint8_t w[65536];
+
+    rf_fill(w, sizeof(w), seed);
+    g_assert_cmpint(bt_write(blk, 4096, w, sizeof(w)), ==, 0);
+    g_assert_cmpint(bt_flush(blk), ==, 0);
+}
+
+/* The 64 KiB at 4096 read through @blk are pattern @seed. */
+static void check_pattern(BlockBackend *blk, uint8_t seed)
+{
+    static uint8_t w[65536], r[65536];
+
+    rf_fill(w, sizeof(w), seed);
+    memset(r, 0, sizeof(r));
+    g_assert_cmpint(bt_read(blk, 4096, r, sizeof(r)), ==, 0);
+    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+}
+
+/* (a) client.vblk (mon 'profile rbd', osd 'profile rbd pool=rbd') through its keyring. */
+static void test_cephx_user_keyring(void)
+{
+    g_autofree char *img = NULL;
+    BlockBackend *blk;
+
+    if (!have_cephx_users()) {
+        return;
+    }
+    img = ceph_test_image_new(conf, SIZE);
+    blk = bt_blockdev("driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk", img, conf);
+    write_pattern(blk, 21);
+    check_pattern(blk, 21);
+    rf_check_data(blk, SIZE);
+    write_pattern(blk, 22);
+    blk_unref(blk);
+    /* a new connection, as -drive :id=, reads what the first wrote */
+    blk = bt_drive("file=rbd:rbd/%s:conf=%s:id=vblk,format=raw", img, conf);
+    check_pattern(blk, 22);
+    blk_unref(blk);
+    ceph_test_image_remove(conf, img);
+}
+
+/*
+ * (b) key-secret= with the right key, from a file and inline (format=base64:
+ * a Ceph key's bytes hold NULs, so format=raw cannot carry it inline).
+ */
+static void test_cephx_key_secret(void)
+{
+    g_autofree char *img = NULL, *key = NULL, *file = NULL;
+    GError *err = NULL;
+    BlockBackend *blk;
+
+    if (!have_cephx_users()) {
+        return;
+    }
+    key = ceph_test_key(conf, "vblk-key");
+    file = ceph_test_path(conf, "vblk-key.secret");
+    g_assert_true(secret_add(&(SecretProps){.id = "kf", .file = file, .format = "base64"}, &err));
+    g_assert_no_error(err);
+    g_assert_true(secret_add(&(SecretProps){.id = "kd", .data = key, .format = "base64"}, &err));
+    g_assert_no_error(err);
+    img = ceph_test_image_new(conf, SIZE);
+    /* client.vblk-key has no keyring: without its key it cannot connect */
+    expect_errf(true, "error connecting to the cluster (no key for the user",
+                "driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk-key", img, conf);
+    blk = bt_blockdev("driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk-key,"
+                      "key-secret=kf",
+                      img, conf);
+    write_pattern(blk, 31);
+    check_pattern(blk, 31);
+    blk_unref(blk);
+    blk = bt_drive("file=rbd:rbd/%s:conf=%s:id=vblk-key,file.password-secret=kd,format=raw", img,
+                   conf);
+    check_pattern(blk, 31);
+    write_pattern(blk, 32);
+    blk_unref(blk);
+    secret_clear_all();
+    ceph_test_image_remove(conf, img);
+}
+
+/* (c) a wrong key: "Permission denied" at once (the key wins over the keyring); no secret. */
+static void test_cephx_wrong_key(void)
+{
+    g_autofree char *img = NULL, *key = NULL, *bad = NULL, *opts = NULL, *nosecret = NULL;
+    GError *err = NULL;
+    int64_t t0;
+
+    if (!have_cephx_users()) {
+        return;
+    }
+    key = ceph_test_key(conf, "vblk");
+    bad = ceph_test_wrong_key(key);
+    g_assert_true(secret_add(&(SecretProps){.id = "bad", .data = bad, .format = "base64"}, &err));
+    g_assert_no_error(err);
+    img = ceph_test_image_new(conf, SIZE);
+    opts = g_strdup_printf("driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk,"
+                           "key-secret=bad",
+                           img, conf);
+    t0 = g_get_monotonic_time();
+    rf_expect_err(true, opts, "error connecting to the cluster: Permission denied");
+    /* well under the 10 s connect timeout: the monitor refuses the key */
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
+    t0 = g_get_monotonic_time();
+    expect_errf(false, "Permission denied",
+                "file=rbd:rbd/%s:conf=%s:id=vblk,file.key-secret=bad,format=raw", img, conf);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
+    nosecret = g_strdup_printf("driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk,"
+                               "key-secret=nope",
+                               img, conf);
+    rf_expect_err(true, nosecret, "No secret with id 'nope'");
+    secret_clear_all();
+    ceph_test_image_remove(conf, img);
+}
+
+/* (d) client.vblk-nopool has caps on another pool only: opening the image is refused. */
+static void test_cephx_no_caps(void)
+{
+    g_autofree char *img = NULL, *want = NULL;
+
+    if (!have_cephx_users()) {
+        return;
+    }
+    img = ceph_test_image_new(conf, SIZE);
+    want = g_strdup_printf("error opening image %s: Operation not permitted", img);
+    expect_errf(true, want, "driver=rbd,node-name=r0,pool=rbd,image=%s,conf=%s,user=vblk-nopool",
+                img, conf);
+    expect_errf(false, "Operation not permitted", "file=rbd:rbd/%s:conf=%s:id=vblk-nopool", img,
+                conf);
+    ceph_test_image_remove(conf, img);
+}
+
 /* The OSD stops with a request in flight: EIO after rados_osd_op_timeout (werror=report). */
 static void test_osd_fault(void)
 {
@@ -209,6 +378,10 @@ int main(int argc, char **argv)
     g_test_add_func("/block-rbd/drive", test_drive);
     g_test_add_func("/block-rbd/blockdev-resize", test_blockdev_resize);
     g_test_add_func("/block-rbd/errors", test_errors);
+    g_test_add_func("/block-rbd/cephx/user-keyring", test_cephx_user_keyring);
+    g_test_add_func("/block-rbd/cephx/key-secret", test_cephx_key_secret);
+    g_test_add_func("/block-rbd/cephx/wrong-key", test_cephx_wrong_key);
+    g_test_add_func("/block-rbd/cephx/no-caps", test_cephx_no_caps);
     g_test_add_func("/block-rbd/fault/osd-stop", test_osd_fault);
     g_test_add_func("/block-rbd/fault/osd-stop-werror-stop", test_osd_stop_resume);
     return g_test_run();

@@ -29,6 +29,8 @@ GPid vu_spawn_logged(const char *const *argv, const char *log)
     return pid;
 }
 
+const char *vu_daemon_object;
+
 VuDaemon *vu_daemon_start(const char *dir, const char *blockdev, const char *node, bool dataplane,
                           bool qmp)
 {
@@ -50,23 +52,27 @@ VuDaemon *vu_daemon_start(const char *dir, const char *blockdev, const char *nod
         chardev = g_strdup_printf("socket,id=qmp0,path=%s,server=on,wait=off", dm->qmp);
     }
     {
-        const char *argv[] = {exe ? exe : "vblk-storage-daemon",
-                              "--blockdev",
-                              blockdev,
-                              "--export",
-                              ex,
-                              "--pidfile",
-                              dm->pidfile,
-                              "--chardev",
-                              chardev,
-                              "--monitor",
-                              "chardev=qmp0",
-                              NULL};
+        g_autoptr(GPtrArray) argv = g_ptr_array_new();
 
-        if (!qmp) {
-            argv[7] = NULL;
+        g_ptr_array_add(argv, (char *)(exe ? exe : "vblk-storage-daemon"));
+        if (vu_daemon_object) {
+            g_ptr_array_add(argv, "--object");
+            g_ptr_array_add(argv, (char *)vu_daemon_object);
         }
-        dm->pid = vu_spawn_logged(argv, dm->log);
+        g_ptr_array_add(argv, "--blockdev");
+        g_ptr_array_add(argv, (char *)blockdev);
+        g_ptr_array_add(argv, "--export");
+        g_ptr_array_add(argv, ex);
+        g_ptr_array_add(argv, "--pidfile");
+        g_ptr_array_add(argv, dm->pidfile);
+        if (qmp) {
+            g_ptr_array_add(argv, "--chardev");
+            g_ptr_array_add(argv, chardev);
+            g_ptr_array_add(argv, "--monitor");
+            g_ptr_array_add(argv, "chardev=qmp0");
+        }
+        g_ptr_array_add(argv, NULL);
+        dm->pid = vu_spawn_logged((const char *const *)argv->pdata, dm->log);
     }
     /* The pidfile is written once the export listens. */
     for (int i = 0; i < 3000 && !g_file_test(dm->pidfile, G_FILE_TEST_EXISTS); i++) {

@@ -31,6 +31,9 @@ typedef struct VuDaemon {
  */
 GPid vu_spawn_logged(const char *const *argv, const char *log);
 
+/* An --object argument vu_daemon_start() puts before --blockdev (NULL: none). */
+extern const char *vu_daemon_object;
+
 /*
  * Start the daemon with --blockdev @blockdev and export its node @node
  * (id exp0, writable, 2 queues, x-data-plane=on with @dataplane) on a

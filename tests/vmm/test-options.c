@@ -1,7 +1,9 @@
 /* Unit tests: QEMU command-line parsing (good lines, bad lines, the seeds' lines). */
 #include <glib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "util/secret.h"
 #include "vmm/options.h"
 
 /* Parses a space-separated command line (single quotes group words). */
@@ -260,6 +262,78 @@ static void test_object_iothread(void)
     options_free(o);
 }
 
+/*
+ * -object secret: kept by the parse, registered by options_register_secrets()
+ * (data= inline, file=, raw and base64), errors on one line without the data.
+ */
+static void test_object_secret(void)
+{
+    g_autofree char *path = NULL;
+    g_autofree char *line = NULL;
+    GError *err = NULL;
+    VmmOptions *o;
+    char *b64;
+    int fd = g_file_open_tmp("vblk-secret-XXXXXX", &path, NULL);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_true(g_file_set_contents(path, "c2VjcmV0\n", -1, NULL)); /* "secret", with a newline */
+    close(fd);
+    line = g_strdup_printf("-object secret,id=s1,data=hunter2 -object iothread,id=io0 "
+                           "-object secret,id=s2,file=%s,format=base64 "
+                           "-object secret,id=s3,data=aHVudGVyMg==,format=base64", path);
+    o = parse_ok(line);
+    g_assert_cmpuint(o->secrets->len, ==, 3);
+    g_assert_false(secret_exists("s1")); /* not before the machine starts */
+    g_assert_true(options_register_secrets(o, &err));
+    g_assert_no_error(err);
+    b64 = secret_lookup_base64("s1", &err);
+    g_assert_cmpstr(b64, ==, "aHVudGVyMg=="); /* base64 of "hunter2" */
+    secret_free_string(b64);
+    b64 = secret_lookup_base64("s2", &err);
+    g_assert_cmpstr(b64, ==, "c2VjcmV0");
+    secret_free_string(b64);
+    b64 = secret_lookup_base64("s3", &err);
+    g_assert_cmpstr(b64, ==, "aHVudGVyMg==");
+    secret_free_string(b64);
+    g_assert_no_error(err);
+    g_assert_null(secret_lookup_base64("nope", &err));
+    g_assert_cmpstr(err->message, ==, "No secret with id 'nope'");
+    g_clear_error(&err);
+    secret_clear_all();
+    options_free(o);
+
+    /* found when the machine starts: bad base64, a missing file */
+    o = parse_ok("-object secret,id=b,data=hunter2,format=base64 "
+                 "-object secret,id=f,file=/nonexistent/key");
+    g_assert_false(options_register_secrets(o, &err));
+    g_assert_nonnull(strstr(err->message, "-object secret,id=b: "));
+    g_assert_nonnull(strstr(err->message, "not valid base64"));
+    g_assert_null(strstr(err->message, "hunter2"));
+    g_clear_error(&err);
+    secret_clear_all();
+    options_free(o);
+    o = parse_ok("-object secret,id=f,file=/nonexistent/key");
+    g_assert_false(options_register_secrets(o, &err));
+    g_assert_nonnull(strstr(err->message, "-object secret,id=f: "));
+    g_assert_nonnull(strstr(err->message, "/nonexistent/key"));
+    g_assert_null(strchr(err->message, '\n'));
+    g_clear_error(&err);
+    secret_clear_all();
+    options_free(o);
+    unlink(path);
+
+    parse_bad("-object secret,data=x", "id= is required");
+    parse_bad("-object secret,id=s", "one of data= or file= is required");
+    parse_bad("-object secret,id=s,data=hunter2,file=/k", "not both");
+    parse_bad("-object secret,id=s,data=hunter2,format=hex",
+              "-object secret,id=s: Parameter 'format' does not accept value 'hex'");
+    parse_bad("-object secret,id=s,data=hunter2,keyid=k", "not supported");
+    parse_bad("-object secret,id=s,data=hunter2,bogus=1", "Invalid parameter 'bogus'");
+    parse_bad("-object iothread,id=a -object secret,id=a,data=hunter2", "duplicate ID 'a'");
+    parse_bad("-object secret,id=a,data=hunter2 -object iothread,id=a", "duplicate ID 'a'");
+    parse_bad("-object secret,id=a,data=x -object secret,id=a,data=hunter2", "duplicate ID 'a'");
+}
+
 static void test_bad_lines(void)
 {
     parse_bad("-foo", "-foo");
@@ -470,6 +544,7 @@ int main(int argc, char **argv)
     g_test_add_func("/vmm/options/serial", test_serial_options);
     g_test_add_func("/vmm/options/drive-and-device", test_drive_and_device);
     g_test_add_func("/vmm/options/object-iothread", test_object_iothread);
+    g_test_add_func("/vmm/options/object-secret", test_object_secret);
     g_test_add_func("/vmm/options/bad-lines", test_bad_lines);
     g_test_add_func("/vmm/options/seed-lines", test_seed_lines);
     g_test_add_func("/vmm/options/help-version", test_help_version);
