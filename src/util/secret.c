@@ -4,7 +4,10 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util/secret.h"
 
@@ -67,6 +70,57 @@ static bool base64_valid(const char *s, gsize n)
     return true;
 }
 
+/* A key file is small; a larger one is not a secret file (or /dev/zero). */
+#define SECRET_FILE_MAX (64 * 1024)
+
+/*
+ * Read a secret file: a regular file of at most SECRET_FILE_MAX bytes. Not
+ * g_file_get_contents(), which reads a FIFO or a device such as /dev/zero
+ * until it ends: file=/dev/zero must be an error, not a hang.
+ */
+static bool secret_read_file(const char *path, char **content, gsize *len, GError **errp)
+{
+    struct stat st;
+    gsize got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+    if (fd < 0) {
+        g_set_error(errp, SECRET_ERROR, errno, "cannot open secret file '%s': %s", path,
+                    g_strerror(errno));
+        return false;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > SECRET_FILE_MAX) {
+        g_set_error(errp, SECRET_ERROR, EINVAL,
+                    "secret file '%s' is not a regular file of at most %d bytes", path,
+                    SECRET_FILE_MAX);
+        close(fd);
+        return false;
+    }
+    *content = g_malloc0((gsize)st.st_size + 1);
+    while (got < (gsize)st.st_size) {
+        ssize_t n = read(fd, *content + got, (gsize)st.st_size - got);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            g_set_error(errp, SECRET_ERROR, errno, "cannot read secret file '%s': %s", path,
+                        g_strerror(errno));
+            memset(*content, 0, got);
+            g_clear_pointer(content, g_free);
+            close(fd);
+            return false;
+        }
+        if (n == 0) {
+            break; /* shrank while we read: take what is there */
+        }
+        got += (gsize)n;
+    }
+    close(fd);
+    *len = got;
+    return true;
+}
+
 bool secret_add(const SecretProps *p, GError **errp)
 {
     g_autofree char *content = NULL;
@@ -94,11 +148,7 @@ bool secret_add(const SecretProps *p, GError **errp)
     }
     b64 = p->format && !strcmp(p->format, "base64");
     if (p->file) {
-        GError *err = NULL;
-
-        if (!g_file_get_contents(p->file, &content, &len, &err)) {
-            g_set_error(errp, SECRET_ERROR, EIO, "%s", err->message);
-            g_error_free(err);
+        if (!secret_read_file(p->file, &content, &len, errp)) {
             return false;
         }
         src = content;

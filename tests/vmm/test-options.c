@@ -1,6 +1,7 @@
 /* Unit tests: QEMU command-line parsing (good lines, bad lines, the seeds' lines). */
 #include <glib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/secret.h"
@@ -320,6 +321,31 @@ static void test_object_secret(void)
     g_clear_error(&err);
     secret_clear_all();
     options_free(o);
+    /* a device or a FIFO is refused at once, not read until it ends (or forever) */
+    {
+        g_autofree char *fifo = g_strdup_printf("%s.fifo", path);
+        g_autofree char *args = NULL;
+
+        g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+        args = g_strdup_printf("-object secret,id=z,file=/dev/zero -object secret,id=p,file=%s",
+                               fifo);
+        o = parse_ok(args);
+        g_assert_false(options_register_secrets(o, &err));
+        g_assert_nonnull(strstr(err->message, "-object secret,id=z: "));
+        g_assert_nonnull(strstr(err->message, "not a regular file"));
+        g_clear_error(&err);
+        secret_clear_all();
+        options_free(o);
+        g_free(args);
+        args = g_strdup_printf("-object secret,id=p,file=%s", fifo);
+        o = parse_ok(args);
+        g_assert_false(options_register_secrets(o, &err));
+        g_assert_nonnull(strstr(err->message, "not a regular file"));
+        g_clear_error(&err);
+        secret_clear_all();
+        options_free(o);
+        unlink(fifo);
+    }
     unlink(path);
 
     parse_bad("-object secret,data=x", "id= is required");
