@@ -52,6 +52,16 @@
 /* Edge-triggered eventfds (doorbells, the IOQ's) are read once per this many wakeups. */
 #define DP_DRAIN_EVERY 64
 
+/* Count one wakeup of an edge-triggered eventfd; true when it is time to read it. */
+static inline bool drain_due(unsigned *wakeups)
+{
+    if (++*wakeups < DP_DRAIN_EVERY) {
+        return false;
+    }
+    *wakeups = 0;
+    return true;
+}
+
 typedef struct DPQueue {
     struct DataPlane *dp;
     unsigned idx;
@@ -498,8 +508,7 @@ static void handle_kick(void *opaque)
      * kicks only to keep it far from saturation (a saturated eventfd refuses
      * a front end's write(); KVM's ioeventfd caps and still wakes).
      */
-    if (++dq->kicks_undrained >= DP_DRAIN_EVERY) {
-        dq->kicks_undrained = 0;
+    if (drain_due(&dq->kicks_undrained)) {
         stat_add(&dq->st.kick_reads, 1);
         if (read(dq->host_fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN) {
             return;
@@ -596,8 +605,7 @@ static void handle_completions(void *opaque)
      * now and then. Any other fd (nbd's) is level-triggered: cleared first, so
      * that a completion after this wakes us again.
      */
-    if (!ioq_fd_is_eventfd(dp->ioq) || ++dp->completions_undrained >= DP_DRAIN_EVERY) {
-        dp->completions_undrained = 0;
+    if (!ioq_fd_is_eventfd(dp->ioq) || drain_due(&dp->completions_undrained)) {
         ioq_clear_fd(dp->ioq);
     }
     reap(dp);
