@@ -134,6 +134,19 @@ kernel_fetch() {
         rm -rf "$tmp"
         touch "$dir/.done-dm"
     fi
+    # Added for scripts/nested --net: L1's virtio-net card on QEMU's user-mode network.
+    if [ ! -f "$dir/.done-net" ]; then
+        vlog "fetching the virtio_net, net_failover and failover modules of $pkg $ver"
+        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
+        chmod 755 "$tmp"
+        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
+            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
+        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
+            './lib/modules/*/kernel/drivers/net/virtio_net.ko' './lib/modules/*/kernel/drivers/net/net_failover.ko' \
+            './lib/modules/*/kernel/net/core/failover.ko' || { rm -rf "$tmp"; vdie "unpacking the net modules failed"; }
+        rm -rf "$tmp"
+        touch "$dir/.done-net"
+    fi
     KDIR=$dir
     KVMLINUZ=$(ls "$dir"/boot/vmlinuz-* | head -1)
     KREL=${KVMLINUZ##*/vmlinuz-}

@@ -39,10 +39,24 @@ for w in $(cat /proc/cmdline); do
             ;;
     esac
 done
+net=none
+case " $(cat /proc/cmdline) " in
+    *" vblk.l1net=1 "*)
+        # scripts/nested --net: QEMU's user-mode network, static addresses
+        for m in $(cat /etc/vblk-l1/net-modules); do insmod /lib/modules/l1/$m.ko 2>/dev/null; done
+        i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+        if ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2; then
+            net=10.0.2.15
+        else
+            echo "VBLK-L1-WARN no network: eth0 did not come up"
+        fi
+        ;;
+esac
+ip link set lo up 2>/dev/null
 [ -c /dev/kvm ] && kvm=ok || kvm=missing
 [ -b /dev/vda ] && disk=ok || disk=missing
 read -r up _ </proc/uptime
-echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk vblk_disk=$VBLK_DISK"
+echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk net=$net vblk_disk=$VBLK_DISK"
 
 export HOME=/root VBLK_MODE=nested VBLK_WORK=/vblk VBLK_FILES=/files
 export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd VBLK_L2_VMLINUX=/l2/vmlinux

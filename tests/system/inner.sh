@@ -938,11 +938,77 @@ fi
 rm -f "$dir/nbdt.img"
 }
 
+# 24. An RBD disk in the guest (issue 13): vblk in L1 reaches a Ceph cluster on
+# the host over L1's user-mode network (scripts/nested --net; the cluster's
+# monitor and OSD advertise an address of the host that L1 reaches through
+# slirp). scripts/test-rbd --guest starts that cluster, makes two empty images
+# and copies in the client conf (files/ceph-l1.conf: mon host, cephx, the
+# keyring files/client.vblk.keyring) and client.vblk's key alone
+# (files/vblk.key). Two boots, each with the guest's fio crc32c verify while
+# QMP flips x-data-plane 20 times, as for NBD in section 22:
+#   a: the -drive rbd: filename (id=vblk, the key from the conf's keyring),
+#      x-data-plane on at boot;
+#   b: -blockdev driver=rbd with user=vblk and key-secret (a secret object; its
+#      conf has no keyring), x-data-plane off at boot.
+# That the images changed on the cluster is checked by test-rbd on the host.
+s24_boot() { # s24_boot TAG DP-AT-BOOT ARGS...
+    tag=$1; dp=$2; shift 2
+    t0=$(date +%s)
+    vblk_qmp_launch "$dir/rbd-$tag.log" "VBLK-FIO-JOB 180" "$VBLK_L2_APPEND vblk.job=verify-4k-qd32 vblk.vsize=64M" \
+        -smp 1 -no-reboot "$@" -device virtio-blk-pci,id=disk0,drive=r0,x-data-plane=$dp
+    if [ $dp = on ]; then v1=false; v2=true; else v1=true; v2=false; fi
+    k=0
+    while [ $k -lt 10 ] && kill -0 "$vpid" 2>/dev/null; do
+        qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":'$v1'}}'
+        sleep 0.3
+        qmp '{"execute":"qom-set","arguments":{"path":"/machine/peripheral/disk0","property":"x-data-plane","value":'$v2'}}'
+        sleep 0.3
+        k=$((k + 1))
+    done
+    qmp '{"execute":"query-block"}'
+    qmp '{"execute":"x-query-virtio-blk-dataplane"}'
+    vblk_qmp_reap
+    cp "$dir/qmp.out" "$dir/rbd-$tag.qmp"
+    sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
+    echo "# rbd-$tag: rc=$rc switches=${sw:-0} (of 20 flips sent), boot to exit $(($(date +%s) - t0)) s"
+    if [ $rc -eq 0 ] && [ "${sw:-0}" -ge 20 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/rbd-$tag.log" &&
+        ! grep -q '"error"' "$dir/qmp.out" && grep -q '"drv": "rbd"\|rbd:rbd/\|"rbd"' "$dir/qmp.out"; then
+        return 0
+    fi
+    grep -i 'rbd\|rados\|error' "$dir/rbd-$tag.log" | head -n 5 | cut -c1-300 | sed 's/^/#   /'
+    tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
+    return 1
+}
+s24() {
+if [ ! -f "$VBLK_FILES/ceph-l1.conf" ]; then
+    echo "skip - RBD disk in the guest: no Ceph cluster given (scripts/test-rbd --guest starts one and runs this section)"
+    return
+fi
+if ! ip route 2>/dev/null | grep -q default; then
+    nok "RBD disk in the guest: L1 has no network (scripts/nested --net)"
+    return
+fi
+# the keyring where it is (/files in L1, the work dir's files/ in direct mode)
+sed "s|^keyring = .*|keyring = $VBLK_FILES/client.vblk.keyring|" "$VBLK_FILES/ceph-l1.conf" >"$dir/ceph-l1.conf"
+if s24_boot a on -drive "if=none,id=r0,file=rbd:rbd/vblk-l1-a:conf=$dir/ceph-l1.conf:id=vblk,format=raw"; then
+    ok "RBD disk (-drive rbd:, cephx client.vblk, Ceph on the host over L1's network): fio crc32c verify with 20 x-data-plane switches from on"
+else
+    nok "RBD disk (-drive rbd:): fio crc32c verify with 20 x-data-plane switches (rc=$rc switches=${sw:-0})" "$dir/rbd-a.log"
+fi
+grep -v '^keyring' "$dir/ceph-l1.conf" >"$dir/ceph-nokeyring.conf"
+if s24_boot b off -object "secret,id=key0,file=$VBLK_FILES/vblk.key,format=base64" \
+    -blockdev "driver=rbd,node-name=r0,pool=rbd,image=vblk-l1-b,conf=$dir/ceph-nokeyring.conf,user=vblk,key-secret=key0"; then
+    ok "RBD disk (-blockdev driver=rbd, key-secret): fio crc32c verify with 20 x-data-plane switches from off"
+else
+    nok "RBD disk (-blockdev driver=rbd, key-secret): fio crc32c verify with 20 x-data-plane switches (rc=$rc switches=${sw:-0})" "$dir/rbd-b.log"
+fi
+}
+
 # The sections run in order. VBLK_SYSTEST_FROM=K starts at section K: scripts/systest
 # boots a fresh L1 there after one that hung or died, so one wedged test costs its
 # section and not the rest of the suite. Each section announces itself first.
 # VBLK_SYSTEST_SECTIONS="2 2 2" runs just those (by hand, to chase one test).
-nsections=23
+nsections=24
 list=${VBLK_SYSTEST_SECTIONS:-}
 if [ -z "$list" ]; then
     k=${VBLK_SYSTEST_FROM:-1}
