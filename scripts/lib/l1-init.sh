@@ -52,7 +52,6 @@ case " $(cat /proc/cmdline) " in
         fi
         ;;
 esac
-ip link set lo up 2>/dev/null
 [ -c /dev/kvm ] && kvm=ok || kvm=missing
 [ -b /dev/vda ] && disk=ok || disk=missing
 read -r up _ </proc/uptime
