@@ -572,8 +572,8 @@ static int lapic_top_vector(const struct kvm_lapic_state *lapic, unsigned base)
  */
 static void vcpu_sample_more(Vcpu *vcpu, const struct kvm_regs *regs, char *buf, size_t size)
 {
-    static const char *const mp_names[] = {"runnable", "uninitialized", "init-received",
-                                           "halted", "sipi-received"};
+    static const char *const mp_names[] = {"runnable", "uninitialized", "init-received", "halted",
+                                           "sipi-received"};
     struct kvm_mp_state mp = {0};
     struct kvm_vcpu_events ev = {0};
     struct kvm_lapic_state lapic;
@@ -603,7 +603,9 @@ static void vcpu_sample_more(Vcpu *vcpu, const struct kvm_regs *regs, char *buf,
         "%d, IRR top %d, TPR 0x%x; code at RIP:",
         mp.mp_state < G_N_ELEMENTS(mp_names) ? mp_names[mp.mp_state] : "?",
         (unsigned)(regs->rflags >> 9) & 1, ev.interrupt.shadow,
-        ev.exception.injected ? "injected " : ev.exception.pending ? "pending " : "",
+        ev.exception.injected  ? "injected "
+        : ev.exception.pending ? "pending "
+                               : "",
         ev.exception.injected || ev.exception.pending ? ev.exception.nr : -1,
         ev.interrupt.injected ? "injected " : "", ev.interrupt.injected ? ev.interrupt.nr : -1,
         ev.nmi.pending, ev.nmi.injected, isr, irr, tpr);
@@ -812,10 +814,9 @@ void vm_debug_state(Vm *vm, GString *out, unsigned wait_ms)
             g_string_append_printf(out, ", last exit %s (%u)", vcpu_exit_name(last), last);
         }
         if (live && vcpu_sample(vcpu, wait_ms, &rip, &rsp, more, sizeof(more))) {
-            g_string_append_printf(out,
-                                   ", RIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER
-                                   "x%s",
-                                   rip, rsp, more);
+            g_string_append_printf(
+                out, ", RIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER "x%s", rip, rsp,
+                more);
         } else if (live) {
             g_string_append_printf(out,
                                    ", RIP unknown: did not leave vblk's exit handling "
