@@ -609,8 +609,8 @@ static void vcpu_sample_more(Vcpu *vcpu, const struct kvm_regs *regs, char *buf,
         ev.exception.injected || ev.exception.pending ? ev.exception.nr : -1,
         ev.interrupt.injected ? "injected " : "", ev.interrupt.injected ? ev.interrupt.nr : -1,
         ev.nmi.pending, ev.nmi.injected, isr, irr, tpr);
-    for (unsigned i = 0; i < 16 && off < size; i++) {
-        off += (size_t)snprintf(buf + off, size - off, code ? " %02x" : "", code ? code[i] : 0);
+    for (unsigned i = 0; code && i < 16 && off < size; i++) {
+        off += (size_t)snprintf(buf + off, size - off, " %02x", code[i]);
     }
     if (!code && off < size) {
         snprintf(buf + off, size - off, " (not mapped)");
