@@ -223,7 +223,7 @@ typedef struct Pz {
     uint32_t next_ver;
     unsigned inflight;
     uint64_t seq;
-    uint8_t *tmp, *exp;
+    uint8_t *tmp, *exp, *poison;
     uint64_t reads, writes, multi, ioerrs, switches, kills;
     uint64_t bad_data, bad_status, late, dup_used, findings;
 } Pz;
@@ -275,20 +275,19 @@ static void pz_check_poison(Pz *z, unsigned bi, const char *when)
     char d[512];
 
     testdrv_memread(z->f.p.dev.d, b->gpa, z->tmp, PZ_BUFSZ);
-    for (unsigned i = 0; i < PZ_BUFSZ; i++) {
-        if (z->tmp[i] != PZ_POISON) {
-            unsigned j = i;
+    if (memcmp(z->tmp, z->poison, PZ_BUFSZ)) {
+        unsigned i = 0, j;
 
-            while (j < PZ_BUFSZ && z->tmp[j] != PZ_POISON) {
-                j++;
-            }
-            z->late++;
-            pz_report(z,
-                      "late write %s: buffer %u offset %u (%u bytes changed from there, "
-                      "0x%02x...), last used by %s",
-                      when, bi, i, j - i, z->tmp[i], pz_describe(&b->use, d, sizeof(d)));
-            break;
+        while (z->tmp[i] == PZ_POISON) {
+            i++;
         }
+        for (j = i; j < PZ_BUFSZ && z->tmp[j] != PZ_POISON; j++) {
+        }
+        z->late++;
+        pz_report(z,
+                  "late write %s: buffer %u offset %u (%u bytes changed from there, "
+                  "0x%02x...), last used by %s",
+                  when, bi, i, j - i, z->tmp[i], pz_describe(&b->use, d, sizeof(d)));
     }
     if (st != PZ_ST_POISON) {
         z->late++;
@@ -458,20 +457,20 @@ static void pz_complete(Pz *z, uint16_t head, uint32_t used_len)
     }
     if (!write) {
         /* Nothing outside the segments: the gaps and the tail keep their poison. */
-        memset(z->exp, 0, PZ_BUFSZ);
         for (unsigned i = 0; i < u->nseg; i++) {
-            memset(z->exp + u->seg_off[i], 1, u->seg_len[i]);
+            memset(z->tmp + u->seg_off[i], PZ_POISON, u->seg_len[i]); /* checked above */
         }
-        for (unsigned i = 0; i < PZ_BUFSZ; i++) {
-            if (!z->exp[i] && z->tmp[i] != PZ_POISON) {
-                z->bad_data++;
-                pz_report(z,
-                          "write outside the segments at buffer %u offset %u: %s; "
-                          "the buffer's previous user: %s",
-                          bi, i, pz_describe(u, d, sizeof(d)),
-                          pz_describe(&b->prev, d2, sizeof(d2)));
-                break;
+        if (memcmp(z->tmp, z->poison, PZ_BUFSZ)) {
+            unsigned i = 0;
+
+            while (z->tmp[i] == PZ_POISON) {
+                i++;
             }
+            z->bad_data++;
+            pz_report(z,
+                      "write outside the segments at buffer %u offset %u: %s; "
+                      "the buffer's previous user: %s",
+                      bi, i, pz_describe(u, d, sizeof(d)), pz_describe(&b->prev, d2, sizeof(d2)));
         }
     }
     z->reads += !write;
@@ -536,6 +535,8 @@ static void test_poison(gconstpointer data)
     g_test_message("seed %u", seed);
     z->tmp = g_malloc(PZ_BUFSZ);
     z->exp = g_malloc(PZ_BUFSZ);
+    z->poison = g_malloc(PZ_BUFSZ);
+    memset(z->poison, PZ_POISON, PZ_BUFSZ);
     fix_init_pool(&z->f, c->kind, c->tcp, c->extra, true, (size_t)c->pool_kib << 10);
     for (unsigned i = 0; i < PZ_NBUF; i++) {
         z->buf[i].gpa = testdrv_alloc(z->f.p.dev.d, PZ_BUFSZ, 4096);
@@ -630,6 +631,7 @@ static void test_poison(gconstpointer data)
     g_rand_free(z->rng);
     g_free(z->tmp);
     g_free(z->exp);
+    g_free(z->poison);
 }
 
 int main(int argc, char **argv)
