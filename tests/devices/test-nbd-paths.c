@@ -24,6 +24,7 @@
 #include <linux/virtio_blk.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nbdserver.h"
@@ -524,6 +525,7 @@ static void test_poison(gconstpointer data)
     GError *err = NULL;
     bool dataplane;
     guint32 seed;
+    int secs;
     IOQStats is;
 
     if (!nbd_server_need(c->kind)) {
@@ -554,7 +556,9 @@ static void test_poison(gconstpointer data)
     }
 
     z->t0 = now = g_get_monotonic_time();
-    end = now + (gint64)c->secs * G_USEC_PER_SEC;
+    /* VBLK_POISON_SECS=N: run each case N s instead (a soak by hand). */
+    secs = g_getenv("VBLK_POISON_SECS") ? atoi(g_getenv("VBLK_POISON_SECS")) : 0;
+    end = now + (gint64)(secs > 0 ? (unsigned)secs : c->secs) * G_USEC_PER_SEC;
     next_switch = c->switch_ms ? now + c->switch_ms * 1000 : G_MAXINT64;
     next_kill = c->kill_ms ? now + c->kill_ms * 1000 : G_MAXINT64;
     while ((now = g_get_monotonic_time()) < end) {
