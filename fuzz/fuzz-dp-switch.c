@@ -35,8 +35,9 @@
  *     of the disk holds (zeroes on null-co), for sectors no other request
  *     of the same batch writes; writes then update the shadow (the file
  *     keeps its content across inputs, so does the shadow);
- *   - a switch is refused only on a broken queue (werror=stop is not used
- *     here, so nothing may hold a request);
+ *   - a switch or a remap of the queues between the device's iothread and
+ *     a second one (x-blockdev-remap-vqs) is refused only on a broken queue
+ *     (werror=stop is not used here, so nothing may hold a request);
  *   - after every stop (mid-input and final): no request in the engine, held
  *     by the dataplane or parked by the block layer, and on a live queue
  *     every chain the device popped was returned; chains left in the avail
@@ -97,7 +98,9 @@
  *   2     a hostile chain: mode a & 7, queue (a >> 3) & 3, parameters b-d
  *   3     a kick of queue a & 3 (a & 4: every queue; a & 8: only if the
  *         device asked for it)
- *   4     a switch to the other path (a & 1: to the same path, a no-op)
+ *   4     a switch to the other path (a & 1: to the same path, a no-op);
+ *         a & 2: instead, a remap as x-blockdev-remap-vqs (queue i to a
+ *         second iothread if bit i of b is set, else to the device's)
  *   5     dp_switch_stop(), checks, dp_switch_start() on the path of a & 1
  *   6     settle: (a & 1) first wait, without a kick, for every request
  *         the guest kicked to complete; then kick every queue, wait until
@@ -130,10 +133,11 @@ typedef struct Dev {
 
 static Dev devs[NBACKENDS][MAX_NQ];
 static bool verbose; /* FUZZ_DP_SWITCH_VERBOSE=1: every used element, every action */
+static IOThread *extra_iothread; /* a second iothread, for iothread-vq-mapping remaps */
 
 static struct {
     uint64_t inputs, clean, switches, refused, stopstarts, settles, restarts, requests, hostile,
-        pokes, broken, throttled, backend[NBACKENDS], nq[MAX_NQ + 1], reads_checked;
+        pokes, broken, throttled, backend[NBACKENDS], nq[MAX_NQ + 1], reads_checked, remaps;
 } stats;
 
 /* ---- watchdog ---- */
@@ -182,8 +186,8 @@ static void print_stats(void)
             "fuzz-dp-switch modes: inputs %llu (well-formed %llu); backends null/io_uring/threads/"
             "native %llu/%llu/%llu/%llu; queues 1/2/3/4 %llu/%llu/%llu/%llu; throttled %llu; "
             "requests %llu, hostile chains %llu, pokes %llu, broken queues %llu; switches %llu "
-            "(refused %llu), stop/start %llu, settles %llu, final restarts %llu; reads checked "
-            "against the shadow %llu\n",
+            "(refused %llu), remaps %llu, stop/start %llu, settles %llu, final restarts %llu; "
+            "reads checked against the shadow %llu\n",
             (unsigned long long)stats.inputs, (unsigned long long)stats.clean,
             (unsigned long long)stats.backend[0], (unsigned long long)stats.backend[1],
             (unsigned long long)stats.backend[2], (unsigned long long)stats.backend[3],
@@ -192,7 +196,8 @@ static void print_stats(void)
             (unsigned long long)stats.throttled, (unsigned long long)stats.requests,
             (unsigned long long)stats.hostile, (unsigned long long)stats.pokes,
             (unsigned long long)stats.broken, (unsigned long long)stats.switches,
-            (unsigned long long)stats.refused, (unsigned long long)stats.stopstarts,
+            (unsigned long long)stats.refused, (unsigned long long)stats.remaps,
+            (unsigned long long)stats.stopstarts,
             (unsigned long long)stats.settles, (unsigned long long)stats.restarts,
             (unsigned long long)stats.reads_checked);
 }
@@ -695,6 +700,32 @@ static void note_kick(Input *in, unsigned q)
     }
 }
 
+/*
+ * x-blockdev-remap-vqs: queue i to the device's iothread or the extra one
+ * (bit i of @bits). Refused only while requests are held (never here) or,
+ * tolerated, on a broken queue.
+ */
+static void do_remap(Input *in, uint8_t bits)
+{
+    IOThread *map[MAX_NQ];
+    GError *err = NULL;
+
+    stage("remap");
+    for (unsigned q = 0; q < in->nq; q++) {
+        map[q] = (bits >> q) & 1 ? extra_iothread : in->f->iothread;
+    }
+    if (!dp_switch_remap(in->f->sw, map, in->nq, &err)) {
+        if (!any_broken(in)) {
+            FAIL("remap refused with no broken queue: %s", err ? err->message : "(no error)");
+        }
+        g_clear_error(&err);
+    } else {
+        stats.remaps++;
+    }
+    in->on_dp = dp_switch_is_dataplane(in->f->sw);
+    collect(in);
+}
+
 /* Publish @head on queue @q and note it as made available. */
 static void publish(Input *in, unsigned q, uint16_t head)
 {
@@ -997,7 +1028,11 @@ static void run(const uint8_t *data, size_t size)
             }
             break;
         case 4:
-            do_switch(in, (r->a & 1) ? in->on_dp : !in->on_dp);
+            if (r->a & 2) {
+                do_remap(in, r->b);
+            } else {
+                do_switch(in, (r->a & 1) ? in->on_dp : !in->on_dp);
+            }
             break;
         case 5:
             if (in->started) {
@@ -1110,6 +1145,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         inited = true;
         verbose = getenv("FUZZ_DP_SWITCH_VERBOSE") != NULL;
+        extra_iothread = iothread_new("fuzz-sw-extra", NULL);
+        if (!extra_iothread) {
+            fprintf(stderr, "fuzz-dp-switch: no second iothread\n");
+            abort();
+        }
         atexit(print_stats);
         pthread_create(&wd, NULL, watchdog, NULL);
         pthread_detach(wd);

@@ -12,6 +12,7 @@ def T(q, t, sector=0, c=1, d=0): return rec(1, t | q << 3, sector, c, d)
 KICK = lambda q=0, all_=False: rec(3, q | (4 if all_ else 0))
 SW = rec(4); SAME = rec(4, 1); SETTLE = rec(6); SETTLE_W = rec(6, 1)
 STOP_DP = rec(5, 1); STOP_BL = rec(5, 0)
+def REMAP(bits): return rec(4, 2, bits)
 def H(q, mode, b=0, c=0, d=0, e=0): return rec(2, mode | q << 3, b, c, d, e)
 def P(q, avail, off, val): return rec(7, q | (4 if avail else 0), *val, off, 0)
 FEAT = 0x3f  # everything, queue size 8 (bits 6-7 = 0)
@@ -32,6 +33,8 @@ seeds = {
  'indirect-no-event-idx': hdr(1, 2, False, feat=0x3e, qs=1) + W(0, 30, 3, 0x70, ind=True) + W(1, 30, 3, 0x74, ind=True) + KICK(0, True) + SW + R(0, 30, 3, True) + SETTLE,
  'kick-then-switch-no-rekick': hdr(1, 2, True, qs=1) + W(0, 90, 2, 0x24) + W(1, 92, 2, 0x28) + KICK(0, True) + SW + SETTLE_W + W(0, 94, 1, 0x2c, True) + SW + STOP_DP + SETTLE_W + R(0, 90, 5, True) + SW + SETTLE_W,
  'native-flush-order': hdr(3, 1, False, qs=1) + W(0, 100, 4, 0x34) + T(0, 2) + W(0, 104, 4, 0x38) + T(0, 2) + KICK() + SW + SETTLE_W + R(0, 100, 8, True) + SETTLE,
+ 'remap-mq4-switch': hdr(1, 4, True, qs=2) + b''.join(W(q, 16 * q, 2, 0x84 + 4 * q) for q in range(4)) + KICK(0, True) + REMAP(0b0101) + SW + REMAP(0b1010) + SETTLE_W + b''.join(R(q, 16 * q, 2, True) for q in range(4)) + SW + REMAP(0) + SETTLE_W,
+ 'remap-null-inflight': hdr(0, 2, False, thr=1, qs=1) + W(0, 1, 1) + W(1, 2, 1, kick=True) + REMAP(0b10) + SW + REMAP(0b01) + KICK(0, True) + SETTLE_W,
  'publish-no-kick-switch': hdr(2, 1, True, qs=1) + W(0, 11, 2, 0x14) + W(0, 13, 2, 0x18) + SW + SW + SW + R(0, 11, 4) + SAME + SW + SETTLE,
 }
 os.makedirs(out, exist_ok=True)
