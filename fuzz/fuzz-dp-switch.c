@@ -30,10 +30,13 @@
  *     guest reads the used ring only after an interrupt (as an
  *     interrupt-driven driver: with EVENT_IDX, used_event is the element
  *     after the last one it consumed), so an element published after it
- *     caught up must interrupt it; on the
- *     IOQ-backed file backends without throttling and with the write cache
- *     on, a FLUSH completes after every write published before it on its
- *     queue (docs/ioq.md);
+ *     caught up must interrupt it; on the IOQ-backed file backends without
+ *     throttling and with the write cache on, a FLUSH completes after every
+ *     write published before it on its queue (docs/ioq.md);
+ *   - query-blockstats (blk_get_stats(): the block layer's counters and the
+ *     dataplanes' shards) grew over a well-formed input by exactly the
+ *     reads, writes (WRITE_ZEROES counted as writes), flushes and bytes
+ *     the guest saw succeed, whichever path served them;
  *   - the data: a successful read of a settled batch returns what a shadow
  *     of the disk holds (zeroes on null-co), for sectors no other request
  *     of the same batch writes; writes then update the shadow (the file
