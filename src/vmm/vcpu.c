@@ -549,6 +549,74 @@ static void vcpu_set_state(Vcpu *vcpu, VcpuRunState st)
     atomic_store_explicit(&vcpu->state_since_us, g_get_monotonic_time(), memory_order_relaxed);
 }
 
+/* The highest vector set in one of the LAPIC's 256-bit registers (ISR, IRR), or -1. */
+static int lapic_top_vector(const struct kvm_lapic_state *lapic, unsigned base)
+{
+    for (int w = 7; w >= 0; w--) {
+        uint32_t v;
+
+        memcpy(&v, &lapic->regs[base + w * 0x10], sizeof(v));
+        if (v) {
+            return w * 32 + 31 - __builtin_clz(v);
+        }
+    }
+    return -1;
+}
+
+/*
+ * The rest of a sample, for a guest that stopped making progress: halted or
+ * running, IF, what KVM still has to inject, the LAPIC's highest vector in
+ * service and requested (an IRR bit behind an ISR bit whose EOI never came,
+ * or an IRR bit that is never delivered, tell a lost interrupt from a
+ * spinning guest), and the code bytes at RIP.
+ */
+static void vcpu_sample_more(Vcpu *vcpu, const struct kvm_regs *regs, char *buf, size_t size)
+{
+    static const char *const mp_names[] = {"runnable", "uninitialized", "init-received", "halted",
+                                           "sipi-received"};
+    struct kvm_mp_state mp = {0};
+    struct kvm_vcpu_events ev = {0};
+    struct kvm_lapic_state lapic;
+    struct kvm_translation tr = {.linear_address = regs->rip};
+    const uint8_t *code = NULL;
+    size_t off;
+    int isr = -2, irr = -2;
+    unsigned tpr = 0;
+
+    if (ioctl(vcpu->fd, KVM_GET_MP_STATE, &mp) < 0) {
+        mp.mp_state = UINT32_MAX;
+    }
+    if (ioctl(vcpu->fd, KVM_GET_LAPIC, &lapic) == 0) {
+        isr = lapic_top_vector(&lapic, 0x100);
+        irr = lapic_top_vector(&lapic, 0x200);
+        tpr = (uint8_t)lapic.regs[0x80];
+    }
+    if (ioctl(vcpu->fd, KVM_GET_VCPU_EVENTS, &ev) < 0) {
+        memset(&ev, 0, sizeof(ev));
+    }
+    if (ioctl(vcpu->fd, KVM_TRANSLATE, &tr) == 0 && tr.valid) {
+        code = vm_gpa_to_hva(vcpu->vm, tr.physical_address, 16);
+    }
+    off = (size_t)snprintf(
+        buf, size,
+        " mp_state=%s IF=%u intr_shadow=%u exception=%s%d interrupt=%s%d nmi=%u/%u lapic: ISR top "
+        "%d, IRR top %d, TPR 0x%x; code at RIP:",
+        mp.mp_state < G_N_ELEMENTS(mp_names) ? mp_names[mp.mp_state] : "?",
+        (unsigned)(regs->rflags >> 9) & 1, ev.interrupt.shadow,
+        ev.exception.injected  ? "injected "
+        : ev.exception.pending ? "pending "
+                               : "",
+        ev.exception.injected || ev.exception.pending ? ev.exception.nr : -1,
+        ev.interrupt.injected ? "injected " : "", ev.interrupt.injected ? ev.interrupt.nr : -1,
+        ev.nmi.pending, ev.nmi.injected, isr, irr, tpr);
+    for (unsigned i = 0; code && i < 16 && off < size; i++) {
+        off += (size_t)snprintf(buf + off, size - off, " %02x", code[i]);
+    }
+    if (!code && off < size) {
+        snprintf(buf + off, size - off, " (not mapped)");
+    }
+}
+
 /* A debug-state dump asked for this vCPU's RIP: read it here, where KVM allows it. */
 static void vcpu_answer_dump(Vcpu *vcpu)
 {
@@ -559,6 +627,9 @@ static void vcpu_answer_dump(Vcpu *vcpu)
     }
     if (ioctl(vcpu->fd, KVM_GET_REGS, &regs) < 0) {
         regs.rip = regs.rsp = UINT64_MAX;
+        vcpu->dump_more[0] = '\0';
+    } else {
+        vcpu_sample_more(vcpu, &regs, vcpu->dump_more, sizeof(vcpu->dump_more));
     }
     atomic_store_explicit(&vcpu->dump_rip, regs.rip, memory_order_relaxed);
     atomic_store_explicit(&vcpu->dump_rsp, regs.rsp, memory_order_relaxed);
@@ -684,7 +755,8 @@ static const char *const vcpu_state_names[] = {
 };
 
 /* Kicks @vcpu and waits up to @wait_ms for its answer; false if it did not answer. */
-static bool vcpu_sample(Vcpu *vcpu, unsigned wait_ms, uint64_t *rip, uint64_t *rsp)
+static bool vcpu_sample(Vcpu *vcpu, unsigned wait_ms, uint64_t *rip, uint64_t *rsp, char *more,
+                        size_t more_size)
 {
     Vm *vm = vcpu->vm;
     unsigned seq = atomic_load_explicit(&vcpu->dump_seq, memory_order_acquire);
@@ -704,6 +776,7 @@ static bool vcpu_sample(Vcpu *vcpu, unsigned wait_ms, uint64_t *rip, uint64_t *r
     }
     *rip = atomic_load_explicit(&vcpu->dump_rip, memory_order_relaxed);
     *rsp = atomic_load_explicit(&vcpu->dump_rsp, memory_order_relaxed);
+    g_strlcpy(more, vcpu->dump_more, more_size);
     return true;
 }
 
@@ -730,6 +803,7 @@ void vm_debug_state(Vm *vm, GString *out, unsigned wait_ms)
         unsigned last = atomic_load_explicit(&vcpu->last_exit, memory_order_relaxed);
         uint64_t exits = atomic_load_explicit(&vcpu->exits, memory_order_relaxed);
         uint64_t rip = 0, rsp = 0;
+        char more[sizeof(vcpu->dump_more)];
         bool live = st != VCPU_ST_NOT_STARTED && st != VCPU_ST_ENDED;
 
         g_string_append_printf(
@@ -739,9 +813,10 @@ void vm_debug_state(Vm *vm, GString *out, unsigned wait_ms)
         if (exits) {
             g_string_append_printf(out, ", last exit %s (%u)", vcpu_exit_name(last), last);
         }
-        if (live && vcpu_sample(vcpu, wait_ms, &rip, &rsp)) {
+        if (live && vcpu_sample(vcpu, wait_ms, &rip, &rsp, more, sizeof(more))) {
             g_string_append_printf(
-                out, ", RIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER "x", rip, rsp);
+                out, ", RIP=%016" G_GINT64_MODIFIER "x RSP=%016" G_GINT64_MODIFIER "x%s", rip, rsp,
+                more);
         } else if (live) {
             g_string_append_printf(out,
                                    ", RIP unknown: did not leave vblk's exit handling "

@@ -44,6 +44,9 @@ typedef struct Vcpu {
     atomic_uint dump_seq;
     _Atomic uint64_t dump_rip;
     _Atomic uint64_t dump_rsp;
+    /* What the guest is waiting for: run state, interrupt flag, pending events,
+     * LAPIC vectors, the code at RIP (written before dump_seq is released). */
+    char dump_more[320];
 } Vcpu;
 
 struct Vm {

@@ -84,6 +84,13 @@ static bool devfix_dataplane_host(DevFix *f, const DevFixConf *c, IOQConfig *ioq
                                   .conf_kv = hi->rbd_conf_kv};
         return true;
     }
+    if (hi->null) {
+        /* A null leaf: the dataplane's null engine, as virtio-blk-pci picks it; no fd. */
+        ioq->engine = ioq->engine ? ioq->engine : "null";
+        ioq->null_read_zeroes = hi->null_read_zeroes;
+        ioq->fd = -1;
+        return true;
+    }
     f->fd = open(hi->filename, flags);
     if (f->fd < 0) {
         g_set_error(err, G_FILE_ERROR, g_file_error_from_errno(errno), "open %s: %s", hi->filename,

@@ -13,6 +13,12 @@
 void pathfix_init(PathFix *f, const char *drive, const char *image, const char *iothread,
                   bool dataplane, unsigned wait_polls)
 {
+    pathfix_init_pool(f, drive, image, iothread, dataplane, wait_polls, 8 << 20);
+}
+
+void pathfix_init_pool(PathFix *f, const char *drive, const char *image, const char *iothread,
+                       bool dataplane, unsigned wait_polls, size_t bounce_pool_size)
+{
     memset(f, 0, sizeof(*f));
     f->wait_polls = wait_polls;
     /* What virtio-blk-pci hands over for a remote drive (blk_open_host). */
@@ -22,7 +28,7 @@ void pathfix_init(PathFix *f, const char *drive, const char *image, const char *
                                        .ram_size = 32 << 20,
                                        .queue_size = PATHFIX_QSIZE,
                                        .iothread = iothread,
-                                       .ioq = {.bounce_pool_size = 8 << 20}},
+                                       .ioq = {.bounce_pool_size = bounce_pool_size}},
                 NULL);
     g_assert_null(f->dev.hi.not_passthrough);
     devfix_start(&f->dev, dataplane, NULL);

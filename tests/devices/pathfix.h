@@ -31,6 +31,9 @@ typedef struct PathFix {
  */
 void pathfix_init(PathFix *f, const char *drive, const char *image, const char *iothread,
                   bool dataplane, unsigned wait_polls);
+/* The same with the dataplane IOQ's bounce pool of @bounce_pool_size bytes (8 MiB above). */
+void pathfix_init_pool(PathFix *f, const char *drive, const char *image, const char *iothread,
+                       bool dataplane, unsigned wait_polls, size_t bounce_pool_size);
 void pathfix_free(PathFix *f);
 
 /*

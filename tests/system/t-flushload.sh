@@ -59,6 +59,10 @@ FL_VERIFY_ONLY=${FL_VERIFY_ONLY:-1}
 FL_KEEP=${FL_KEEP:-0}             # keep the logs of passing boots too
 FL_PROBE=${FL_PROBE:-480}         # s after fio started: one state probe
 FL_VMM=${FL_VMM:-vblk}            # vblk | qemu (the control: QEMU 7.2, scripts/nested --qemu)
+FL_DISK=${FL_DISK:-file}          # file | nbd: the image exported by qemu-storage-daemon over NBD
+                                  # on a unix socket, the disk its nbd+unix:// URI (system test 22)
+FL_JOB=${FL_JOB:-flushload}       # flushload (above) | verify: the guest's verify-4k-qd32 job over
+                                  # 64 MiB (system test 22's); verify_only boots need flushload
 
 dir=$(dirname "${VBLK_DISK:-/tmp/x}")
 [ -w "$dir" ] || dir=/tmp
@@ -137,6 +141,21 @@ boot() {
         img=$dir/fl.img
         [ "$vo" = 1 ] || { rm -f "$img"; truncate -s 400M "$img"; }
     fi
+    drv="file=$img,format=raw,cache=none,aio=$aio"
+    if [ "$FL_DISK" = nbd ]; then
+        kill "$nbd_qsd" 2>/dev/null; wait "$nbd_qsd" 2>/dev/null; rm -f "$dir/fl-nbd.sock"
+        qemu-storage-daemon --blockdev "driver=file,node-name=f0,filename=$img" \
+            --nbd-server "addr.type=unix,addr.path=$dir/fl-nbd.sock" \
+            --export type=nbd,id=e0,node-name=f0,name=d0,writable=on >>"$dir/fl-nbd-qsd.log" 2>&1 &
+        nbd_qsd=$!
+        i=0; while ! [ -S "$dir/fl-nbd.sock" ] && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
+        drv="file=nbd+unix:///d0?socket=$dir/fl-nbd.sock,format=raw"
+    fi
+    if [ "$FL_JOB" = verify ]; then
+        jobarg="vblk.job=verify-4k-qd32 vblk.vsize=64M"
+    else
+        jobarg="vblk.jobb64=$jb"
+    fi
     start=$(date +%s)
     if [ "$FL_VMM" = qemu ]; then
         # The control: QEMU 7.2 with the same guest, job, disk and QMP load. It
@@ -146,15 +165,15 @@ boot() {
         "$VBLK_QEMU" -enable-kvm -cpu host -m 512 -smp "$FL_SMP" -nodefaults -nographic \
             -serial stdio -monitor none -no-reboot -object iothread,id=io0 \
             -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
-            -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
-            -drive "if=none,id=drive0,file=$img,format=raw,cache=none,aio=$aio" \
+            -append "$VBLK_L2_APPEND $jobarg vblk.timeout=600" \
+            -drive "if=none,id=drive0,$drv" \
             -device "virtio-blk-pci,id=disk0,drive=drive0$iot" \
             -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
     else
         "$VBLK_BIN" -enable-kvm -m 512 -smp "$FL_SMP" -nographic -no-reboot \
             -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" \
-            -append "$VBLK_L2_APPEND vblk.jobb64=$jb vblk.timeout=600" \
-            -drive "if=none,id=drive0,file=$img,format=raw,cache=none,aio=$aio" \
+            -append "$VBLK_L2_APPEND $jobarg vblk.timeout=600" \
+            -drive "if=none,id=drive0,$drv" \
             -device "virtio-blk-pci,id=disk0,drive=drive0,scsi=off,x-data-plane=$FL_DP" \
             -qmp "tcp:127.0.0.1:$port,server=on,wait=off" >"$log" 2>&1 &
     fi
@@ -236,7 +255,7 @@ boot() {
     fi
     echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
         "switches=${sw:-0} flips=$flips stopcont=$stops qmp_errors=$qerr secs=$(($(date +%s) - start))" \
-        "dp=$FL_DP aio=$aio engine=$FL_ENGINE vmm=$FL_VMM backing=$FL_BACKING"
+        "dp=$FL_DP aio=$aio engine=$FL_ENGINE vmm=$FL_VMM backing=$FL_BACKING disk=$FL_DISK job=$FL_JOB smp=$FL_SMP"
     if [ $result != pass ]; then
         grep -E 'triple fault|vCPU [0-9]+: (RIP|CR0|CS|RAX|RSI)|debug-state|KVM_EXIT|Kernel panic|BUG|Oops|RIP:|VBLK-|vblk:' "$log" |
             grep -v 'VBLK-IRQ' | tail -n 60 | sed 's/^/#   /'
@@ -266,5 +285,6 @@ if [ "$FL_VERIFY_ONLY" = 1 ] && [ "${last_pass:-0}" = "$FL_RUNS" ]; then
         vo_result="triple-fault,then-$result"
     fi
 fi
+[ -z "${nbd_qsd:-}" ] || { kill "$nbd_qsd" 2>/dev/null; wait "$nbd_qsd" 2>/dev/null; }
 echo "T-FLUSHLOAD-SUMMARY runs=$FL_RUNS pass=$pass fails=${fails:- none} verify_only=$vo_result"
 [ $pass -eq "$FL_RUNS" ] && { [ $vo_result = pass ] || [ $vo_result = skipped ]; }  # a crash then pass is a failure too

@@ -920,6 +920,10 @@ static void test_debug_state(void)
     g_assert_nonnull(strstr(dump, ", BQL "));
     rip = dump_rip(dump, 0);
     g_assert_cmphex(rip - BZ_ENTRY, <=, sizeof(halt_code));
+    /* What a hung guest waits for: halted with IF clear, nothing pending, the hlt loop's code. */
+    g_assert_nonnull(strstr(dump, " IF=0 intr_shadow=0 exception=-1 interrupt=-1 "));
+    g_assert_nonnull(strstr(dump, " nmi=0/0 lapic: ISR top -1, IRR top -1, TPR 0x0; code at RIP:"));
+    g_assert_nonnull(strstr(dump, "f4 eb fd"));
     g_free(dump);
 
     vblkproc_expect(&p, "stop", "return");
