@@ -101,6 +101,8 @@
 #define NDPS         2       /* dataplanes (iothreads) of the multiqueue modes */
 #define DISK_BYTES   (64 * 1024)
 #define HANG_SECONDS 10
+#define FUZZ_NAME "fuzz-dataplane"
+#include "fuzz-watchdog.h"
 #define MAX_SEG      8
 #define MAX_RECS     64
 /* A kick waits this long at most for its throttled requests, once per input. */
@@ -197,46 +199,6 @@ static struct {
     uint64_t nbd_requests, mq_requests, remaps, remaps_refused;
 } stats;
 
-/* ---- watchdog ---- */
-
-static int64_t wd_deadline; /* monotonic ns, 0 = idle (atomic) */
-static const char *wd_stage; /* atomic */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void *watchdog(void *arg)
-{
-    for (;;) {
-        int64_t d = __atomic_load_n(&wd_deadline, __ATOMIC_ACQUIRE);
-
-        if (d && now_ns() > d) {
-            fprintf(stderr, "fuzz-dataplane: hang: no progress for %d s in stage '%s'\n",
-                    HANG_SECONDS, __atomic_load_n(&wd_stage, __ATOMIC_ACQUIRE));
-            abort();
-        }
-        usleep(100 * 1000);
-    }
-    return arg;
-}
-
-static void stage(const char *s)
-{
-    __atomic_store_n(&wd_stage, s, __ATOMIC_RELEASE);
-}
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        fprintf(stderr, "fuzz-dataplane: invariant violated: " __VA_ARGS__);                       \
-        fputc('\n', stderr);                                                                       \
-        abort();                                                                                   \
-    } while (0)
-
 /* ---- long-lived setup ---- */
 
 static void conf_for(VirtIOBlkConf *c, unsigned k)
@@ -318,7 +280,6 @@ static void harness_init(void)
 {
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     GError *err = NULL;
-    pthread_t wd;
 
     /*
      * Buffered engines on tmpfs when there is one (flushes and writethrough
@@ -359,8 +320,7 @@ static void harness_init(void)
     }
     verbose = getenv("FUZZ_DATAPLANE_VERBOSE") != NULL;
     atexit(harness_exit);
-    pthread_create(&wd, NULL, watchdog, NULL);
-    pthread_detach(wd);
+    fuzz_watchdog_start();
 }
 
 /*
@@ -1553,8 +1513,7 @@ static void run(const uint8_t *data, size_t size)
                                    (data[2] & 0x80) ? 32768 : 0, 0, 0);
     }
     stage("start");
-    __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
-                     __ATOMIC_RELEASE);
+    fuzz_input_begin();
     start_all(g);
     for (size_t i = 0; i < nrec; i++) {
         const Rec *r = &recs[i];
@@ -1635,7 +1594,7 @@ static void run(const uint8_t *data, size_t size)
             }
         }
     }
-    __atomic_store_n(&wd_deadline, 0, __ATOMIC_RELEASE);
+    fuzz_input_end();
 
     /* What this input reached. */
     account(g);

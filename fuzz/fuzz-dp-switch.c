@@ -88,6 +88,8 @@
 #define MAX_RECS     96
 #define MAX_REQS     256 /* requests per input (heads are reused, requests are not) */
 #define HANG_SECONDS 10
+#define FUZZ_NAME "fuzz-dp-switch"
+#include "fuzz-watchdog.h"
 #define SETTLE_NS    (4 * 1000000000ll)
 #define RAM_SIZE     (4u << 20)
 
@@ -145,46 +147,6 @@ static struct {
     uint64_t inputs, clean, switches, refused, stopstarts, settles, restarts, requests, hostile,
         pokes, broken, throttled, backend[NBACKENDS], nq[MAX_NQ + 1], reads_checked, remaps;
 } stats;
-
-/* ---- watchdog ---- */
-
-static int64_t wd_deadline; /* monotonic ns, 0: idle (atomic) */
-static const char *wd_stage;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void *watchdog(void *arg)
-{
-    for (;;) {
-        int64_t d = __atomic_load_n(&wd_deadline, __ATOMIC_ACQUIRE);
-
-        if (d && now_ns() > d) {
-            fprintf(stderr, "fuzz-dp-switch: hang: input still running after %d s, stage '%s'\n",
-                    HANG_SECONDS, __atomic_load_n(&wd_stage, __ATOMIC_ACQUIRE));
-            abort();
-        }
-        usleep(100 * 1000);
-    }
-    return arg;
-}
-
-static void stage(const char *s)
-{
-    __atomic_store_n(&wd_stage, s, __ATOMIC_RELEASE);
-}
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        fprintf(stderr, "fuzz-dp-switch: invariant violated: " __VA_ARGS__);                       \
-        fputc('\n', stderr);                                                                       \
-        abort();                                                                                   \
-    } while (0)
 
 static void print_stats(void)
 {
@@ -1059,8 +1021,7 @@ static void run(const uint8_t *data, size_t size)
                                      .notifier = {.fd = testvq_call_fd(in->tvq[q])}};
     }
 
-    __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
-                     __ATOMIC_RELEASE);
+    fuzz_input_begin();
     blk_get_stats(in->f->backend, &acct0);
     do_start(in, data[0] & 0x10);
     throttle_for(&limits, thr);
@@ -1189,7 +1150,7 @@ static void run(const uint8_t *data, size_t size)
     if (in->be != BE_NULL && (!in->clean || any_broken(in))) {
         forget_all(in);
     }
-    __atomic_store_n(&wd_deadline, 0, __ATOMIC_RELEASE);
+    fuzz_input_end();
 
     stats.inputs++;
     stats.clean += in->clean;
@@ -1214,8 +1175,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static bool inited;
 
     if (!inited) {
-        pthread_t wd;
-
         inited = true;
         verbose = getenv("FUZZ_DP_SWITCH_VERBOSE") != NULL;
         extra_iothread = iothread_new("fuzz-sw-extra", NULL);
@@ -1224,8 +1183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         atexit(print_stats);
-        pthread_create(&wd, NULL, watchdog, NULL);
-        pthread_detach(wd);
+        fuzz_watchdog_start();
     }
     if (size < 2) {
         return 0;
