@@ -57,8 +57,7 @@ static inline void fuzz_watchdog_start(void)
 
 static inline void fuzz_input_begin(void)
 {
-    __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000,
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(&wd_deadline, now_ns() + (int64_t)HANG_SECONDS * 1000000000, __ATOMIC_RELEASE);
 }
 
 static inline void fuzz_input_end(void)
