@@ -64,6 +64,25 @@ kernel_pkg_name() {
 # Download (apt-get download, no install) and unpack the kernel image package
 # into $VBLK_CACHE/kernel/<pkg>_<ver>/ . Sets KDIR (unpacked root), KREL
 # (uname -r of the guest kernel), KVMLINUZ, KMODS and KPKGID (pkg_ver).
+# kernel_fetch's extra module sets: TAG WHAT PATTERN... unpacks the members
+# matching PATTERN from the package into $dir unless $dir/.done-TAG exists.
+# Uses kernel_fetch's locals dir, pkg, ver and tmp (the download, made once).
+kernel_fetch_extra() {
+    local tag=$1 what=$2
+    shift 2
+    [ ! -f "$dir/.done-$tag" ] || return 0
+    vlog "fetching $what of $pkg $ver"
+    if [ -z "$tmp" ]; then
+        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
+        chmod 755 "$tmp"
+        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
+            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
+    fi
+    dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards "$@" ||
+        { rm -rf "$tmp"; vdie "unpacking $what failed"; }
+    touch "$dir/.done-$tag"
+}
+
 kernel_fetch() {
     local pkg ver dir deb tmp stamp memo=$VBLK_CACHE/kernel/resolved
     # apt-cache takes ~2 s: remember its answer until the apt lists change.
@@ -85,6 +104,7 @@ kernel_fetch() {
     fi
     KPKGID=${pkg}_${ver}
     dir=$VBLK_CACHE/kernel/$KPKGID
+    tmp="" # the package's download, kept for kernel_fetch_extra
     if [ ! -f "$dir/.done2" ]; then
         vlog "downloading $pkg $ver (apt-get download, not installed)"
         rm -rf "$dir"; mkdir -p "$dir"
@@ -106,47 +126,20 @@ kernel_fetch() {
             './lib/modules/*/kernel/fs/mbcache.ko' './lib/modules/*/kernel/lib/crc16.ko' \
             './lib/modules/*/kernel/crypto/crc32c_generic.ko' \
             || { rm -rf "$tmp"; vdie "unpacking $deb failed"; }
-        rm -rf "$tmp"
         touch "$dir/.done2"
     fi
-    # Added later (ACPI power button): fetched into an existing cache without redoing it.
-    if [ ! -f "$dir/.done-acpi" ]; then
-        vlog "fetching the ACPI button module of $pkg $ver"
-        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
-        chmod 755 "$tmp"
-        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
-            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
-        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
-            './lib/modules/*/kernel/drivers/acpi/button.ko' || { rm -rf "$tmp"; vdie "unpacking button.ko failed"; }
-        rm -rf "$tmp"
-        touch "$dir/.done-acpi"
-    fi
-    # Added for the power-loss test (scripts/crashtest): device-mapper, dm-log-writes, loop.
-    if [ ! -f "$dir/.done-dm" ]; then
-        vlog "fetching the dm-mod, dm-log-writes and loop modules of $pkg $ver"
-        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
-        chmod 755 "$tmp"
-        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
-            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
-        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
-            './lib/modules/*/kernel/drivers/md/dm-mod.ko' './lib/modules/*/kernel/drivers/md/dm-log-writes.ko' \
-            './lib/modules/*/kernel/drivers/block/loop.ko' || { rm -rf "$tmp"; vdie "unpacking the dm modules failed"; }
-        rm -rf "$tmp"
-        touch "$dir/.done-dm"
-    fi
-    # Added for scripts/nested --net: L1's virtio-net card on QEMU's user-mode network.
-    if [ ! -f "$dir/.done-net" ]; then
-        vlog "fetching the virtio_net, net_failover and failover modules of $pkg $ver"
-        tmp=$(mktemp -d "$VBLK_CACHE/dl.XXXXXX")
-        chmod 755 "$tmp"
-        (cd "$tmp" && apt-get download -q "$pkg=$ver" >/dev/null 2>&1) ||
-            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; vdie "apt-get download $pkg failed"; }
-        dpkg-deb --fsys-tarfile "$(ls "$tmp"/*.deb | head -1)" | tar -x -C "$dir" --wildcards \
-            './lib/modules/*/kernel/drivers/net/virtio_net.ko' './lib/modules/*/kernel/drivers/net/net_failover.ko' \
-            './lib/modules/*/kernel/net/core/failover.ko' || { rm -rf "$tmp"; vdie "unpacking the net modules failed"; }
-        rm -rf "$tmp"
-        touch "$dir/.done-net"
-    fi
+    # Modules added after the first download, fetched into an existing cache
+    # without redoing it; the package is downloaded at most once per call.
+    kernel_fetch_extra acpi "the ACPI button module" './lib/modules/*/kernel/drivers/acpi/button.ko'
+    # the power-loss test (scripts/crashtest)
+    kernel_fetch_extra dm "the dm-mod, dm-log-writes and loop modules" \
+        './lib/modules/*/kernel/drivers/md/dm-mod.ko' './lib/modules/*/kernel/drivers/md/dm-log-writes.ko' \
+        './lib/modules/*/kernel/drivers/block/loop.ko'
+    # scripts/nested --net: L1's virtio-net card on QEMU's user-mode network
+    kernel_fetch_extra net "the virtio_net, net_failover and failover modules" \
+        './lib/modules/*/kernel/drivers/net/virtio_net.ko' './lib/modules/*/kernel/drivers/net/net_failover.ko' \
+        './lib/modules/*/kernel/net/core/failover.ko'
+    [ -z "$tmp" ] || rm -rf "$tmp"
     KDIR=$dir
     KVMLINUZ=$(ls "$dir"/boot/vmlinuz-* | head -1)
     KREL=${KVMLINUZ##*/vmlinuz-}
