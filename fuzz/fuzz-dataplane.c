@@ -95,16 +95,16 @@
 #define RING_STRIDE  0x1000  /* queue q's rings at q * RING_STRIDE: */
 #define DESC_OFF     0x0000
 #define AVAIL_OFF    0x0400
-#define USED_OFF     0x0800  /* buffers from nq * RING_STRIDE */
+#define USED_OFF     0x0800 /* buffers from nq * RING_STRIDE */
 #define MAX_QSIZE    64
 #define MAX_NQ       4
-#define NDPS         2       /* dataplanes (iothreads) of the multiqueue modes */
+#define NDPS         2 /* dataplanes (iothreads) of the multiqueue modes */
 #define DISK_BYTES   (64 * 1024)
 #define HANG_SECONDS 10
-#define FUZZ_NAME "fuzz-dataplane"
+#define FUZZ_NAME    "fuzz-dataplane"
 #include "fuzz-watchdog.h"
-#define MAX_SEG      8
-#define MAX_RECS     64
+#define MAX_SEG  8
+#define MAX_RECS 64
 /* A kick waits this long at most for its throttled requests, once per input. */
 #define THROTTLE_WAIT_NS (40 * 1000000ll)
 
@@ -152,23 +152,23 @@ typedef struct Rec {
 } Rec;
 
 /* rec.shape */
-#define SH_INDIRECT   0x01 /* through an indirect table */
-#define SH_SPLIT_HDR  0x02 /* header over two descriptors */
-#define SH_RO_STATUS  0x04 /* status descriptor not device-writable */
-#define SH_FLIP_DIR   0x08 /* data in the wrong direction */
-#define SH_LOOP       0x10 /* last descriptor chains back to the first */
-#define SH_BAD_ADDR   0x20 /* one descriptor's address outside RAM / crossing */
-#define SH_BAD_LEN    0x40 /* one descriptor's length bogus */
-#define SH_RAW_HEAD   0x80 /* the avail entry is rec.aux, not the head */
+#define SH_INDIRECT  0x01 /* through an indirect table */
+#define SH_SPLIT_HDR 0x02 /* header over two descriptors */
+#define SH_RO_STATUS 0x04 /* status descriptor not device-writable */
+#define SH_FLIP_DIR  0x08 /* data in the wrong direction */
+#define SH_LOOP      0x10 /* last descriptor chains back to the first */
+#define SH_BAD_ADDR  0x20 /* one descriptor's address outside RAM / crossing */
+#define SH_BAD_LEN   0x40 /* one descriptor's length bogus */
+#define SH_RAW_HEAD  0x80 /* the avail entry is rec.aux, not the head */
 /* rec.seg: bits 0-2 data segments, 3-4 misalignment, then: */
-#define SEG_REGION1   0x20 /* data buffers in region 1 */
-#define SEG_BAD_NEXT  0x40 /* a next field out of range */
-#define SEG_NESTED    0x80 /* VRING_DESC_F_INDIRECT inside an indirect table */
-#define SH_BOGUS (SH_RO_STATUS | SH_FLIP_DIR | SH_LOOP | SH_BAD_ADDR | SH_BAD_LEN | SH_RAW_HEAD)
-#define SEG_BOGUS (SEG_BAD_NEXT | SEG_NESTED)
+#define SEG_REGION1  0x20 /* data buffers in region 1 */
+#define SEG_BAD_NEXT 0x40 /* a next field out of range */
+#define SEG_NESTED   0x80 /* VRING_DESC_F_INDIRECT inside an indirect table */
+#define SH_BOGUS     (SH_RO_STATUS | SH_FLIP_DIR | SH_LOOP | SH_BAD_ADDR | SH_BAD_LEN | SH_RAW_HEAD)
+#define SEG_BOGUS    (SEG_BAD_NEXT | SEG_NESTED)
 /* kick record: seg */
-#define KICK_ALL      0x80
-#define KICK_REMAP    0x40 /* first move the queues to other dataplanes (bits 4-5: the mapping) */
+#define KICK_ALL   0x80
+#define KICK_REMAP 0x40 /* first move the queues to other dataplanes (bits 4-5: the mapping) */
 
 typedef struct Harness {
     IOThread *iothread[NDPS];
@@ -263,8 +263,7 @@ static void print_stats(void)
             (unsigned long long)stats.throttle_waits, (unsigned long long)stats.deferred,
             (unsigned long long)stats.restarted, (unsigned long long)stats.toggles,
             (unsigned long long)stats.kick_all, (unsigned long long)stats.remaps,
-            (unsigned long long)stats.remaps_refused,
-            (unsigned long long)stats.mq_requests,
+            (unsigned long long)stats.remaps_refused, (unsigned long long)stats.mq_requests,
             (unsigned long long)stats.nbd_requests);
 }
 
@@ -341,8 +340,8 @@ static bool nbd_ready(void)
     return H.nbd.pid != 0;
 }
 
-static const char *const engine_names[NENGINES] = {"null",   "io_uring", "native",
-                                                   "io_uring", "native", "nbd"};
+static const char *const engine_names[NENGINES] = {"null",     "io_uring", "native",
+                                                   "io_uring", "native",   "nbd"};
 
 /*
  * The backend of @engine on config @k; false (said once by the caller) when
@@ -449,8 +448,8 @@ static bool get_mdps(unsigned engine, unsigned k, DataPlane **out)
 
 /* One virtqueue of the guest, and what the checks know about it. */
 typedef struct GVq {
-    unsigned idx;   /* device queue index */
-    uint64_t base;  /* its rings' guest-physical base */
+    unsigned idx;  /* device queue index */
+    uint64_t base; /* its rings' guest-physical base */
     unsigned num;
     unsigned next_desc;
     /* avail entries written but not yet published */
@@ -458,8 +457,8 @@ typedef struct GVq {
     unsigned npend;
     uint16_t avail_idx;
     uint16_t used0, used_seen;
-    uint64_t made_avail; /* heads published so far */
-    uint64_t consumed;   /* used elements checked */
+    uint64_t made_avail;             /* heads published so far */
+    uint64_t consumed;               /* used elements checked */
     uint32_t avail_count[MAX_QSIZE]; /* multiset of published heads (those < num: a used id
                                         at or above num fails before it is looked up) */
     /* per head (clean inputs): what the chain offers */
@@ -476,30 +475,30 @@ typedef struct GVq {
     unsigned batch[MAX_QSIZE]; /* the kick that published it */
     VirtQueue *vq;
     VirtIOBlkQueue *q;
-    unsigned dpi;   /* the dataplane serving it (index into Guest.dps) */
-    unsigned local; /* its index among that dataplane's queues */
+    unsigned dpi;    /* the dataplane serving it (index into Guest.dps) */
+    unsigned local;  /* its index among that dataplane's queues */
     uint64_t st0[3]; /* its dataplane's counters when it took the queue */
 } GVq;
 
 typedef struct Guest {
     uint8_t *ram[2];
     uint64_t bump[2];
-    bool clean;          /* well-formed chains only, no poke */
-    unsigned nbatch;      /* kicks so far */
-    bool data_checks;     /* clean, no injected error: the disk's content is known */
-    bool null_engine;     /* reads return zeroes, writes go nowhere */
-    bool event_idx;       /* VIRTIO_RING_F_EVENT_IDX negotiated */
-    bool deferred;        /* a kick gave up waiting for throttled requests */
+    bool clean;       /* well-formed chains only, no poke */
+    unsigned nbatch;  /* kicks so far */
+    bool data_checks; /* clean, no injected error: the disk's content is known */
+    bool null_engine; /* reads return zeroes, writes go nowhere */
+    bool event_idx;   /* VIRTIO_RING_F_EVENT_IDX negotiated */
+    bool deferred;    /* a kick gave up waiting for throttled requests */
     uint32_t lbs;
     unsigned nq, ndp;
-    DataPlane *dps[NDPS];  /* the dataplanes in use (ndp of them) */
-    IOThread *iot[NDPS];   /* and their iothreads */
+    DataPlane *dps[NDPS];            /* the dataplanes in use (ndp of them) */
+    IOThread *iot[NDPS];             /* and their iothreads */
     DataPlaneQueue dq[NDPS][MAX_NQ]; /* what each one is started with */
     unsigned ndq[NDPS];
-    bool two;              /* the multiqueue dataplanes, spread by @pattern */
-    bool ever_two;         /* two iothreads served it at some point */
-    uint64_t done[NDPS];   /* requests completed, per iothread (H.iothread index) */
-    const uint8_t *hdr;    /* the input's header */
+    bool two;            /* the multiqueue dataplanes, spread by @pattern */
+    bool ever_two;       /* two iothreads served it at some point */
+    uint64_t done[NDPS]; /* requests completed, per iothread (H.iothread index) */
+    const uint8_t *hdr;  /* the input's header */
     unsigned engine, k;
     ThrottleLimits limits; /* this input's (none: all off) */
     bool throttle_on[NDPS];
@@ -516,7 +515,7 @@ static uint8_t shadow_data[NDISKS][DISK_BYTES];
 static bool shadow_known_s[NDISKS][DISK_BYTES / 512] = {{[0 ... DISK_BYTES / 512 - 1] = true},
                                                         {[0 ... DISK_BYTES / 512 - 1] = true},
                                                         {[0 ... DISK_BYTES / 512 - 1] = true}};
-static uint8_t *shadow;     /* this input's disk */
+static uint8_t *shadow; /* this input's disk */
 static bool *shadow_known;
 
 static void *gpa_ptr(Guest *g, uint64_t gpa, uint64_t len)
@@ -546,8 +545,8 @@ static uint64_t galloc(Guest *g, unsigned r, uint64_t len, uint64_t align)
 static void put_desc(uint8_t *table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
                      uint16_t next)
 {
-    struct vring_desc d = {.addr = htole64(addr), .len = htole32(len), .flags = htole16(flags),
-                           .next = htole16(next)};
+    struct vring_desc d = {
+        .addr = htole64(addr), .len = htole32(len), .flags = htole16(flags), .next = htole16(next)};
 
     memcpy(table + i * sizeof(d), &d, sizeof(d));
 }
@@ -563,9 +562,9 @@ typedef struct Buf {
     bool write;
 } Buf;
 
-static const uint32_t types[8] = {VIRTIO_BLK_T_IN,       VIRTIO_BLK_T_OUT,
-                                  VIRTIO_BLK_T_FLUSH,    VIRTIO_BLK_T_GET_ID,
-                                  VIRTIO_BLK_T_DISCARD,  VIRTIO_BLK_T_WRITE_ZEROES,
+static const uint32_t types[8] = {VIRTIO_BLK_T_IN,         VIRTIO_BLK_T_OUT,
+                                  VIRTIO_BLK_T_FLUSH,      VIRTIO_BLK_T_GET_ID,
+                                  VIRTIO_BLK_T_DISCARD,    VIRTIO_BLK_T_WRITE_ZEROES,
                                   0 /* raw, from extra */, VIRTIO_BLK_T_OUT | VIRTIO_BLK_T_BARRIER};
 
 /* Build one request chain from @r on @v; false when out of descriptors or RAM. */
@@ -672,8 +671,8 @@ static bool add_request(Guest *g, GVq *v, const Rec *r)
     b[n++] = (Buf){status, 1, !(r->shape & SH_RO_STATUS)};
 
     if (r->shape & SH_BAD_ADDR) {
-        static const uint64_t bad[4] = {REGION_SIZE - 4, REGION_SIZE + 0x800, REGION1_GPA + REGION_SIZE,
-                                        ~0ull - 8};
+        static const uint64_t bad[4] = {REGION_SIZE - 4, REGION_SIZE + 0x800,
+                                        REGION1_GPA + REGION_SIZE, ~0ull - 8};
         b[r->aux % n].gpa = bad[(r->aux >> 4) & 3];
     }
     if (r->shape & SH_BAD_LEN) {
@@ -695,7 +694,8 @@ static bool add_request(Guest *g, GVq *v, const Rec *r)
         }
         t = gpa_ptr(g, tgpa, n * 16);
         for (unsigned i = 0; i < n; i++) {
-            uint16_t f = (b[i].write ? VRING_DESC_F_WRITE : 0) | (i + 1 < n ? VRING_DESC_F_NEXT : 0);
+            uint16_t f =
+                (b[i].write ? VRING_DESC_F_WRITE : 0) | (i + 1 < n ? VRING_DESC_F_NEXT : 0);
 
             put_desc(t, i, b[i].gpa, b[i].len, f, (uint16_t)(i + 1));
         }
@@ -724,7 +724,8 @@ static bool add_request(Guest *g, GVq *v, const Rec *r)
         head = (uint16_t)v->next_desc;
         for (unsigned i = 0; i < n; i++) {
             unsigned d = v->next_desc++;
-            uint16_t f = (b[i].write ? VRING_DESC_F_WRITE : 0) | (i + 1 < n ? VRING_DESC_F_NEXT : 0);
+            uint16_t f =
+                (b[i].write ? VRING_DESC_F_WRITE : 0) | (i + 1 < n ? VRING_DESC_F_NEXT : 0);
             uint16_t next = (uint16_t)(d + 1);
 
             if (i + 1 == n && (r->shape & SH_LOOP)) {
@@ -820,8 +821,8 @@ static void check_used(Guest *g, GVq *v)
                 want += MIN(v->dlen[id], 20);
             }
             if (v->returned[id] == 1 && len != want) {
-                FAIL("queue %u: used len %u of head %u (type %u, status %u), expected %llu",
-                     v->idx, len, id, v->type[id], st, (unsigned long long)want);
+                FAIL("queue %u: used len %u of head %u (type %u, status %u), expected %llu", v->idx,
+                     len, id, v->type[id], st, (unsigned long long)want);
             }
         }
     }
@@ -875,7 +876,8 @@ static void check_batch(Guest *g, unsigned b)
 
     memset(readers, 0, sizeof(readers));
     memset(writers, 0, sizeof(writers));
-    FOR_BATCH (g, b, v, h) {
+    FOR_BATCH(g, b, v, h)
+    {
         uint64_t off, len;
 
         if (disk_range(g, v, h, &off, &len)) {
@@ -888,7 +890,8 @@ static void check_batch(Guest *g, unsigned b)
             }
         }
     }
-    FOR_BATCH (g, b, v, h) {
+    FOR_BATCH(g, b, v, h)
+    {
         uint64_t off, len;
         uint8_t st;
         const uint8_t *buf;
@@ -931,7 +934,8 @@ static void check_batch(Guest *g, unsigned b)
     if (g->null_engine) {
         return;
     }
-    FOR_BATCH (g, b, v, h) {
+    FOR_BATCH(g, b, v, h)
+    {
         uint64_t off, len;
         bool overlap = false;
 
@@ -1198,8 +1202,8 @@ static void stop_all(Guest *g)
         }
         virtqueue_get_state(v->vq, &st);
         if (!virtqueue_is_broken(v->vq) && st.last_avail_idx != (uint16_t)v->consumed) {
-            FAIL("queue %u: the device popped %u chain(s) and returned %llu", q,
-                 st.last_avail_idx, (unsigned long long)v->consumed);
+            FAIL("queue %u: the device popped %u chain(s) and returned %llu", q, st.last_avail_idx,
+                 (unsigned long long)v->consumed);
         }
     }
 }
@@ -1334,8 +1338,7 @@ static void configure(Guest *g)
         dataplane_set_error_policy(dp, policies[b & 3], policies[(b >> 2) & 3]);
         if (b & 0x10) {
             static const int errs[4] = {EIO, ENOSPC, ENOTSUP, EINVAL};
-            IOQInjectRule rule = {.op = -1, .nth = (b & 0x80) ? 2 : 0,
-                                  .error = errs[(b >> 5) & 3]};
+            IOQInjectRule rule = {.op = -1, .nth = (b & 0x80) ? 2 : 0, .error = errs[(b >> 5) & 3]};
 
             if (!dataplane_inject_error(dp, &rule, &err)) {
                 FAIL("inject: %s", err->message);
@@ -1407,8 +1410,9 @@ static void remap(Guest *g, unsigned pattern)
 static void run(const uint8_t *data, size_t size)
 {
     static const uint64_t fbits[6] = {
-        BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC), BIT(VIRTIO_BLK_F_FLUSH),
-        BIT(VIRTIO_BLK_F_CONFIG_WCE), BIT(VIRTIO_BLK_F_DISCARD),        BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
+        BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC),
+        BIT(VIRTIO_BLK_F_FLUSH),      BIT(VIRTIO_BLK_F_CONFIG_WCE),
+        BIT(VIRTIO_BLK_F_DISCARD),    BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
     unsigned engine = (data[0] & 7) % NENGINES, k = ((data[0] >> 3) & 3) % NCONFS;
     unsigned num = 1u << (1 + (data[2] & 7) % 6);
     unsigned nq = 1 + ((data[0] >> 5) & 3);
@@ -1459,7 +1463,7 @@ static void run(const uint8_t *data, size_t size)
     g->null_engine = engine == ENGINE_NULL;
     g->event_idx = features & BIT(VIRTIO_RING_F_EVENT_IDX);
     {
-        unsigned disk = engine == ENGINE_NBD ? DISK_NBD
+        unsigned disk = engine == ENGINE_NBD            ? DISK_NBD
                         : engine >= ENGINE_URING_DIRECT ? DISK_DIRECT
                                                         : DISK_FILE;
 
@@ -1499,8 +1503,8 @@ static void run(const uint8_t *data, size_t size)
         avail_ring(g, v)->idx = 0;
         /* A device takes used->idx from RAM at setup (a poked one too). */
         v->used0 = v->used_seen = le16toh(used_ring(g, v)->idx);
-        v->vq = virtqueue_new(gm, num, v->base + DESC_OFF, v->base + AVAIL_OFF,
-                              v->base + USED_OFF, features, &err);
+        v->vq = virtqueue_new(gm, num, v->base + DESC_OFF, v->base + AVAIL_OFF, v->base + USED_OFF,
+                              features, &err);
         v->q = v->vq ? virtio_blk_queue_new(blk, v->vq, NULL, NULL, &err) : NULL;
         if (!v->q) {
             FAIL("queue %u setup: %s", q, err ? err->message : "?");
@@ -1509,8 +1513,8 @@ static void run(const uint8_t *data, size_t size)
     fill_dq(g);
 
     for (unsigned i = 0; i < NDPS; i++) {
-        event_loop_set_poll_params(iothread_get_loop(H.iothread[i]),
-                                   (data[2] & 0x80) ? 32768 : 0, 0, 0);
+        event_loop_set_poll_params(iothread_get_loop(H.iothread[i]), (data[2] & 0x80) ? 32768 : 0,
+                                   0, 0);
     }
     stage("start");
     fuzz_input_begin();

@@ -88,10 +88,10 @@
 #define MAX_RECS     96
 #define MAX_REQS     256 /* requests per input (heads are reused, requests are not) */
 #define HANG_SECONDS 10
-#define FUZZ_NAME "fuzz-dp-switch"
+#define FUZZ_NAME    "fuzz-dp-switch"
 #include "fuzz-watchdog.h"
-#define SETTLE_NS    (4 * 1000000000ll)
-#define RAM_SIZE     (4u << 20)
+#define SETTLE_NS (4 * 1000000000ll)
+#define RAM_SIZE  (4u << 20)
 
 #define BIT(n) (1ull << (n))
 
@@ -140,7 +140,7 @@ typedef struct Dev {
 } Dev;
 
 static Dev devs[NBACKENDS][MAX_NQ];
-static bool verbose; /* FUZZ_DP_SWITCH_VERBOSE=1: every used element, every action */
+static bool verbose;             /* FUZZ_DP_SWITCH_VERBOSE=1: every used element, every action */
 static IOThread *extra_iothread; /* a second iothread, for iothread-vq-mapping remaps */
 
 static struct {
@@ -165,9 +165,8 @@ static void print_stats(void)
             (unsigned long long)stats.hostile, (unsigned long long)stats.pokes,
             (unsigned long long)stats.broken, (unsigned long long)stats.switches,
             (unsigned long long)stats.refused, (unsigned long long)stats.remaps,
-            (unsigned long long)stats.stopstarts,
-            (unsigned long long)stats.settles, (unsigned long long)stats.restarts,
-            (unsigned long long)stats.reads_checked);
+            (unsigned long long)stats.stopstarts, (unsigned long long)stats.settles,
+            (unsigned long long)stats.restarts, (unsigned long long)stats.reads_checked);
 }
 
 /* ---- the long-lived devices ---- */
@@ -227,7 +226,7 @@ typedef struct Req {
     uint16_t head;
     uint32_t type;
     uint64_t sector;
-    uint32_t dlen;      /* data bytes (the segment for DISCARD/WRITE_ZEROES) */
+    uint32_t dlen; /* data bytes (the segment for DISCARD/WRITE_ZEROES) */
     uint64_t data, status;
     uint32_t seg_sectors; /* DISCARD/WRITE_ZEROES */
     uint8_t pattern;
@@ -284,8 +283,8 @@ static void collect(Input *in)
             }
             in->consumed[q]++;
             if (verbose) {
-                fprintf(stderr, "queue %u used: id %u len %u request %d status 0x%02x on the %s\n", q,
-                        head, len, in->req_of_head[q][head],
+                fprintf(stderr, "queue %u used: id %u len %u request %d status 0x%02x on the %s\n",
+                        q, head, len, in->req_of_head[q][head],
                         in->req_of_head[q][head] >= 0
                             ? testdrv_readb(in->d, in->reqs[in->req_of_head[q][head]].status)
                             : 0xff,
@@ -577,8 +576,8 @@ static void settle(Input *in, bool final)
                 if (!in->reqs[i].returned) {
                     FAIL("request %u (queue %u head %u, type %u) published and kicked, not "
                          "completed after %lld ms on the %s",
-                         i, in->reqs[i].q, in->reqs[i].head, in->reqs[i].type,
-                         SETTLE_NS / 1000000, in->on_dp ? "dataplane" : "block layer");
+                         i, in->reqs[i].q, in->reqs[i].head, in->reqs[i].type, SETTLE_NS / 1000000,
+                         in->on_dp ? "dataplane" : "block layer");
                 }
             }
         }
@@ -606,8 +605,7 @@ static void check_stopped(Input *in, const char *when)
         FAIL("%s: %u request(s) held by the dataplane", when, dp_switch_held_count(sw));
     }
     if (blk_parked_count(in->f->backend)) {
-        FAIL("%s: %u request(s) parked in the block layer", when,
-             blk_parked_count(in->f->backend));
+        FAIL("%s: %u request(s) parked in the block layer", when, blk_parked_count(in->f->backend));
     }
     for (unsigned q = 0; q < in->nq; q++) {
         VirtQueueState st;
@@ -648,7 +646,8 @@ static void do_start(Input *in, bool dataplane)
     in->started = true;
     in->on_dp = dp_switch_is_dataplane(in->f->sw);
     if (in->on_dp != dataplane) {
-        FAIL("started on the %s, asked for the other path", in->on_dp ? "dataplane" : "block layer");
+        FAIL("started on the %s, asked for the other path",
+             in->on_dp ? "dataplane" : "block layer");
     }
 }
 
@@ -718,10 +717,14 @@ static void publish(Input *in, unsigned q, uint16_t head)
     }
 }
 
-static const uint32_t req_types[8] = {VIRTIO_BLK_T_IN,      VIRTIO_BLK_T_OUT,
-                                      VIRTIO_BLK_T_FLUSH,   VIRTIO_BLK_T_GET_ID,
-                                      VIRTIO_BLK_T_DISCARD, VIRTIO_BLK_T_WRITE_ZEROES,
-                                      0x7f,                 VIRTIO_BLK_T_IN};
+static const uint32_t req_types[8] = {VIRTIO_BLK_T_IN,
+                                      VIRTIO_BLK_T_OUT,
+                                      VIRTIO_BLK_T_FLUSH,
+                                      VIRTIO_BLK_T_GET_ID,
+                                      VIRTIO_BLK_T_DISCARD,
+                                      VIRTIO_BLK_T_WRITE_ZEROES,
+                                      0x7f,
+                                      VIRTIO_BLK_T_IN};
 
 /* A well-formed request: header, data segments, status; published at once. */
 static void well_formed(Input *in, const Rec *r)
@@ -771,8 +774,8 @@ static void well_formed(Input *in, const Rec *r)
 
         data = testdrv_alloc(in->d, dlen, 512);
         if (seg_sectors) {
-            struct virtio_blk_discard_write_zeroes s = {
-                .sector = htole64(sector), .num_sectors = htole32(seg_sectors)};
+            struct virtio_blk_discard_write_zeroes s = {.sector = htole64(sector),
+                                                        .num_sectors = htole32(seg_sectors)};
 
             testdrv_memwrite(in->d, data, &s, sizeof(s));
         } else {
@@ -967,8 +970,9 @@ static void throttle_for(ThrottleLimits *l, unsigned mode)
 static void run(const uint8_t *data, size_t size)
 {
     static const uint64_t fbits[6] = {
-        BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC), BIT(VIRTIO_BLK_F_FLUSH),
-        BIT(VIRTIO_BLK_F_CONFIG_WCE), BIT(VIRTIO_BLK_F_DISCARD),        BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
+        BIT(VIRTIO_RING_F_EVENT_IDX), BIT(VIRTIO_RING_F_INDIRECT_DESC),
+        BIT(VIRTIO_BLK_F_FLUSH),      BIT(VIRTIO_BLK_F_CONFIG_WCE),
+        BIT(VIRTIO_BLK_F_DISCARD),    BIT(VIRTIO_BLK_F_WRITE_ZEROES)};
     static Input inst;
     Input *in = &inst;
     const Rec *recs = (const Rec *)(data + 2);
@@ -1111,7 +1115,8 @@ static void run(const uint8_t *data, size_t size)
             VirtQueueState st;
 
             virtqueue_get_state(in->vq[q], &st);
-            left |= !virtqueue_is_broken(in->vq[q]) && st.last_avail_idx != testvq_avail_idx(in->tvq[q]);
+            left |= !virtqueue_is_broken(in->vq[q]) &&
+                    st.last_avail_idx != testvq_avail_idx(in->tvq[q]);
         }
         if (left) {
             bool on = !(data[0] & 0x80);
