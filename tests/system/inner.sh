@@ -882,6 +882,21 @@ fi
 rm -f "$dir/nbd.img"
 }
 
+# nbd_why LOG RESTARTED: what failed in section 23 (empty when nothing did), so
+# that a `not ok` names its condition: vblk's status ($rc), the server restart,
+# fio's verdict in LOG, a QMP error, the nbd driver in query-block, the data in
+# the host file ($kib).
+nbd_why() {
+    w=""
+    [ "$rc" -eq 0 ] || w="$w vblk-status-$rc"
+    [ "$2" = 1 ] || w="$w no-restart"
+    grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$1" || w="$w fio"
+    ! grep -q '"error"' "$dir/qmp.out" || w="$w qmp-error"
+    grep -q '"drv": "nbd"' "$dir/qmp.out" || w="$w no-nbd-in-query-block"
+    [ "$kib" -ge 32768 ] || w="$w host-file"
+    echo "$w"
+}
+
 # NBD over TCP (127.0.0.1) with QEMU's -blockdev form, the block-layer path at
 # boot, and the server restarted while the guest's fio runs: the client waits
 # (reconnect-delay) and carries on, on whichever path the device is then.
@@ -907,6 +922,9 @@ vblk_qmp_launch "$dir/nbdt.log" "VBLK-FIO-JOB 120" "$VBLK_L2_APPEND vblk.job=ver
     -smp 1 -no-reboot \
     -blockdev "driver=nbd,node-name=n0,server.type=inet,server.host=127.0.0.1,server.port=$nport,export=d0,reconnect-delay=30" \
     -device virtio-blk-pci,id=disk0,drive=n0,x-data-plane=off
+# the driver check first, while the guest surely runs: a fast fio may end the
+# guest (and vblk, -no-reboot) before the flips below are done
+qmp '{"execute":"query-block"}'
 k=0; restarted=0
 while [ $k -lt 10 ] && kill -0 "$vpid" 2>/dev/null; do
     if [ $k -eq 2 ]; then
@@ -927,11 +945,12 @@ kill $qsd 2>/dev/null; wait $qsd 2>/dev/null
 sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
 kib=$(blocks_kib "$dir/nbdt.img")
 echo "# server restarted=$restarted; host file: $kib KiB allocated"
-if [ $rc -eq 0 ] && [ $restarted = 1 ] && grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/nbdt.log" &&
-    ! grep -q '"error"' "$dir/qmp.out" && grep -q '"drv": "nbd"' "$dir/qmp.out" && [ "$kib" -ge 32768 ]; then
+why=$(nbd_why "$dir/nbdt.log" "$restarted")
+if [ -z "$why" ]; then
     ok "NBD disk over TCP (-blockdev driver=nbd, server.type=inet): fio crc32c verify through a server restart and 20 x-data-plane switches"
 else
-    nok "NBD over TCP: fio crc32c verify through a server restart (rc=$rc restarted=$restarted host KiB=$kib)" "$dir/nbdt.log"
+    nok "NBD over TCP: fio crc32c verify through a server restart (rc=$rc restarted=$restarted host KiB=$kib:$why)" "$dir/nbdt.log"
+    grep '"error"' "$dir/qmp.out" | head -n 5 | cut -c1-400 | sed 's/^/#   qmp: /'
     tail -c 1200 "$dir/qmp.out" | sed 's/^/#   /'
     tail -n 5 "$dir/nbdt-qsd.log" | sed 's/^/#   qsd: /'
 fi
