@@ -24,12 +24,18 @@ vmm_run() {
                 -object iothread,id=io0 -drive "$drive" \
                 -device virtio-blk-pci,drive=drive0,iothread=io0
             ;;
-        vblk-dp-on|vblk-dp-off)
+        vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll)
             dp=on; [ "$name" = vblk-dp-off ] && dp=off
+            # vblk-dp-on-nopoll: the dataplane's iothread with polling off
+            # (poll-max-ns=0), to tell its polling's share of the CPU in L1
+            set --
+            [ "$name" = vblk-dp-on-nopoll ] && set -- -object iothread,id=io0,poll-max-ns=0
+            dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp
+            [ "$name" = vblk-dp-on-nopoll ] && dev=$dev,iothread=io0
             # shellcheck disable=SC2086
             timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
-                -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
-                -drive "$drive" -device virtio-blk-pci,drive=drive0,x-data-plane=$dp $BENCH_VBLK_EXTRA
+                -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" "$@" \
+                -drive "$drive" -device "$dev" $BENCH_VBLK_EXTRA
             ;;
         vu-vblk|vu-qsd)
             # QEMU 7.2's guest on a vhost-user-blk export of the same disk:
