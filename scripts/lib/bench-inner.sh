@@ -32,8 +32,9 @@ vmm_run() {
             [ "$name" = vblk-dp-on-nopoll ] && set -- -object iothread,id=io0,poll-max-ns=0
             dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp
             [ "$name" = vblk-dp-on-nopoll ] && dev=$dev,iothread=io0
+            # VBLK_STATS: vblk prints its userspace exits (PIO, MMIO) when it ends
             # shellcheck disable=SC2086
-            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
+            VBLK_STATS=1 timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" "$@" \
                 -drive "$drive" -device "$dev" $BENCH_VBLK_EXTRA
             ;;

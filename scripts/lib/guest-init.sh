@@ -18,6 +18,7 @@
 #   VBLK-INFO <vdX> size=<bytes> lbs=<n> pbs=<n> serial=<s> ro=<0|1> wc=<write-back|write-through>
 #             discard_max=<bytes> write_zeroes_max=<bytes> queues=<n>
 #   VBLK-IRQ <the /proc/interrupts line of each PCI-MSI vector, spaces squeezed>
+#   VBLK-IRQ-AFTER name=<job> <the same lines after each fio job>
 #   VBLK-FIO-JOB name=<job>  ===VBLK-FIO-JSON-BEGIN===  <json>  ===VBLK-FIO-JSON-END===
 #   VBLK-FIO-RC name=<job> rc=<n>
 #   VBLK-EXIT <status>      then reboot -f (reboot=k: port 0x64 reset) and poweroff -f.
@@ -111,6 +112,8 @@ if [ -n "$JOBB64" ]; then
 fi
 for j in $JOBS; do
     run vblk-fio "$j"; r=$?
+    # the interrupt counts after each job: the delta is the job's interrupts
+    grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed "s/^ */VBLK-IRQ-AFTER name=$j /"
     [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
 done
 
