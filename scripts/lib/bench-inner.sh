@@ -29,9 +29,11 @@ vmm_run() {
             # vblk-dp-on-nopoll: the dataplane's iothread with polling off
             # (poll-max-ns=0), to tell its polling's share of the CPU in L1
             set --
-            [ "$name" = vblk-dp-on-nopoll ] && set -- -object iothread,id=io0,poll-max-ns=0
             dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp
-            [ "$name" = vblk-dp-on-nopoll ] && dev=$dev,iothread=io0
+            if [ "$name" = vblk-dp-on-nopoll ]; then
+                set -- -object iothread,id=io0,poll-max-ns=0
+                dev=$dev,iothread=io0
+            fi
             # VBLK_STATS: vblk prints its userspace exits (PIO, MMIO) when it ends
             # shellcheck disable=SC2086
             VBLK_STATS=1 timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \

@@ -68,7 +68,9 @@ for d in /sys/block/vd*; do
          "discard_max=$(cat $d/queue/discard_max_bytes) write_zeroes_max=$(cat $d/queue/write_zeroes_max_bytes)" \
          "queues=$(ls -d $d/mq/* 2>/dev/null | wc -l)"
 done
-grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed 's/^ */VBLK-IRQ /'
+# irq_lines PREFIX: each PCI-MSI line of /proc/interrupts, spaces squeezed
+irq_lines() { grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed "s/^ */$1 /"; }
+irq_lines VBLK-IRQ
 
 # Parse our knobs from /proc/cmdline (the kernel keeps dotted parameters there).
 JOBS=""; JOBB64=""; SH=""; SHB64=""; SHDEV=""; TMO=""; SHELL_MODE=0
@@ -113,7 +115,7 @@ fi
 for j in $JOBS; do
     run vblk-fio "$j"; r=$?
     # the interrupt counts after each job: the delta is the job's interrupts
-    grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed "s/^ */VBLK-IRQ-AFTER name=$j /"
+    irq_lines "VBLK-IRQ-AFTER name=$j"
     [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
 done
 

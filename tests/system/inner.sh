@@ -882,15 +882,15 @@ fi
 rm -f "$dir/nbd.img"
 }
 
-# nbd_why LOG RESTARTED: what failed in section 23 (empty when nothing did), so
-# that a `not ok` names its condition: vblk's status ($rc), the server restart,
-# fio's verdict in LOG, a QMP error, the nbd driver in query-block, the data in
-# the host file ($kib).
+# nbd_why: what failed in section 23 (empty when nothing did), so that a
+# `not ok` names its condition: vblk's status ($rc), the server restart
+# ($restarted), fio's verdict, a QMP error, the nbd driver in query-block, the
+# data in the host file ($kib).
 nbd_why() {
     w=""
     [ "$rc" -eq 0 ] || w="$w vblk-status-$rc"
-    [ "$2" = 1 ] || w="$w no-restart"
-    grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$1" || w="$w fio"
+    [ "$restarted" = 1 ] || w="$w no-restart"
+    grep -q 'VBLK-FIO-RC name=verify-4k-qd32 rc=0' "$dir/nbdt.log" || w="$w fio"
     ! grep -q '"error"' "$dir/qmp.out" || w="$w qmp-error"
     grep -q '"drv": "nbd"' "$dir/qmp.out" || w="$w no-nbd-in-query-block"
     [ "$kib" -ge 32768 ] || w="$w host-file"
@@ -945,7 +945,7 @@ kill $qsd 2>/dev/null; wait $qsd 2>/dev/null
 sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
 kib=$(blocks_kib "$dir/nbdt.img")
 echo "# server restarted=$restarted; host file: $kib KiB allocated"
-why=$(nbd_why "$dir/nbdt.log" "$restarted")
+why=$(nbd_why)
 if [ -z "$why" ]; then
     ok "NBD disk over TCP (-blockdev driver=nbd, server.type=inet): fio crc32c verify through a server restart and 20 x-data-plane switches"
 else
