@@ -38,11 +38,40 @@ l1_io_report() {
         head -n 12 "$d/stack" 2>/dev/null | sed 's/^/#     /'
     done
 }
+# l1_kvm_trace: one second of L1's KVM tracepoints while an L2 is stuck: which
+# exits L1's KVM takes (reason, guest RIP, exit info), which exceptions it
+# injects and which faults it handles, most frequent first. A vCPU that makes
+# no exit to vblk may still loop inside L1's KVM (a nested page fault on one
+# address, an exception re-injected at one RIP), and that is told apart here
+# from a guest spinning on its own (no exits at all) or halted (HLT exits).
+l1_kvm_trace() {
+    t=/sys/kernel/tracing
+    [ -d $t/events/kvm ] || mount -t tracefs nodev $t 2>/dev/null
+    if ! [ -d $t/events/kvm/kvm_exit ]; then
+        echo "#   L1 KVM trace: no tracefs or no kvm events"
+        return
+    fi
+    echo 0 >$t/tracing_on; : >$t/trace
+    for e in kvm_exit kvm_inj_exception kvm_page_fault kvm_inj_virq; do
+        [ -d $t/events/kvm/$e ] && echo 1 >$t/events/kvm/$e/enable
+    done
+    echo 1 >$t/tracing_on; sleep 1; echo 0 >$t/tracing_on
+    for e in kvm_exit kvm_inj_exception kvm_page_fault kvm_inj_virq; do
+        [ -d $t/events/kvm/$e ] && echo 0 >$t/events/kvm/$e/enable
+    done
+    grep -v '^#' $t/trace >"$dir/kvmtrace.txt" 2>/dev/null
+    echo "#   L1 KVM trace over 1 s: $(wc -l <"$dir/kvmtrace.txt") events, the most frequent:"
+    # the event name and its fields, without task, CPU and timestamp
+    sed 's/.*: \(kvm_[a-z_]*:\)/\1/' "$dir/kvmtrace.txt" | sort | uniq -c | sort -rn | head -n 8 |
+        cut -c1-240 | sed 's/^/#     /'
+    : >$t/trace
+}
 stall_report() {
     grep 'debug-state: \(vm:\|vCPU\|uart:\|device .* ring:\)' "$1" | tail -n 8 |
         sed 's/.*debug-state: /#   state: /' | cut -c1-400
     grep -v 'debug-state:' "$1" | tail -n 3 | cut -c1-300 | sed 's/^/#   log: /'
     l1_io_report
+    l1_kvm_trace
 }
 
 # run_vblk_once LOG APPEND ARGS...: boot the guest image with a QMP server on the
