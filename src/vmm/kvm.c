@@ -529,6 +529,14 @@ void vm_request_exit(Vm *vm, VmExitReason reason, const char *msg)
     }
     if (msg) {
         error_report("%s", msg);
+    } else if (reason == VM_EXIT_RESET) {
+        /*
+         * QEMU ends here without a word; vblk says why it ends, so that a
+         * guest that rebooted (after a panic, say) is not taken for a clean
+         * poweroff. A triple fault has its own message (vcpu.c).
+         */
+        info_report("the guest reset the machine; -no-reboot: vblk exits (QMP SHUTDOWN, reason "
+                    "guest-reset)");
     }
     if (write(vm->exit_fd, &one, sizeof(one)) < 0) {
         /* Cannot happen for an eventfd below its limit; nothing better to do. */

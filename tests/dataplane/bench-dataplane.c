@@ -622,6 +622,8 @@ int main(int argc, char **argv)
             poll_shrink = atoll(argv[i + 1]);
         } else if (!strcmp(argv[i], "--complete-batch")) {
             o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
+        } else if (!strcmp(argv[i], "--aio-max-batch")) {
+            o.max_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--halt-poll-us")) {
             halt_poll_ns = (uint64_t)atoll(argv[i + 1]) * 1000;
         } else if (!strcmp(argv[i], "--iothreads")) {

@@ -25,6 +25,7 @@ typedef struct DpFixOpts {
     IOQNbdConfig nbd;  /* engine "nbd": the server */
     IOQRbdConfig rbd;  /* engine "rbd": the image */
     unsigned complete_batch; /* DataPlaneConf.complete_batch (0: default) */
+    unsigned max_batch;      /* IOQConfig.max_batch: requests per submit syscall (0: default) */
 } DpFixOpts;
 
 typedef struct DpFix {

@@ -27,7 +27,9 @@
 #   vblk-error    vblk status 1 (internal error, failed entry...)
 #   fio-timeout   the guest's 600 s timeout killed fio (VBLK-EXIT 137): fio
 #                 made no or too slow progress; see the probe below
-#   silent-end    vblk status 0 but fio never reported (the symptom)
+#   guest-panic   the guest's kernel panicked (its console says so) and reset
+#                 the machine (panic=-1), which ends vblk with status 0
+#   silent-end    vblk status 0 but fio never reported, and no panic printed
 #   fio-fail      fio reported rc != 0 (verify failure...)
 #   qmp-error     everything passed but a QMP command failed
 #   no-switch     everything passed, but the dataplane counters show no switch
@@ -246,6 +248,7 @@ boot() {
     elif [ $rc -eq 2 ]; then result=triple-fault
     elif [ $rc -ne 0 ]; then result=vblk-error
     elif [ -z "$fio_rc" ] && grep -q 'VBLK-EXIT 137' "$log"; then result=fio-timeout
+    elif [ -z "$fio_rc" ] && grep -q 'Kernel panic' "$log"; then result=guest-panic
     elif [ -z "$fio_rc" ]; then result=silent-end
     elif [ "$fio_rc" != 0 ] || ! grep -q 'VBLK-EXIT 0' "$log"; then result=fio-fail
     elif [ "$qerr" -ne 0 ]; then result=qmp-error
