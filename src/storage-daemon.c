@@ -240,12 +240,7 @@ static bool add_object(const char *arg, GError **errp)
         } else if (!strcmp(p->key, "poll-shrink")) {
             dst = &params.poll_shrink;
         } else if (!strcmp(p->key, "aio-max-batch")) {
-            int64_t ignored;
-
-            if (!parse_int("--object", p->key, p->value, &ignored, errp)) {
-                return false;
-            }
-            continue;
+            dst = &params.aio_max_batch;
         } else {
             g_set_error(errp, SD_ERROR, EINVAL, "--object: Invalid parameter '%s'", p->key);
             return false;

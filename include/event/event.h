@@ -201,6 +201,13 @@ EventLoop *iothread_get_loop(IOThread *t);
 void iothread_run_sync(IOThread *t, IOThreadFunc *fn, void *opaque);
 /* Context: any thread. The Linux thread id (query-iothreads), 0 before it runs. */
 int iothread_get_thread_id(IOThread *t);
+/*
+ * QEMU's aio-max-batch of the iothread: at most this many requests per submit
+ * syscall in the dataplanes it runs; 0 (the default): the engine's own (32).
+ * Set before a dataplane is created on it. Context: main thread.
+ */
+void iothread_set_aio_max_batch(IOThread *t, unsigned n);
+unsigned iothread_get_aio_max_batch(const IOThread *t);
 /* Context: control thread. Stops and joins the thread; idempotent. */
 void iothread_stop(IOThread *t);
 /* Context: control thread. Stops, joins, frees the loop. NULL is ignored. */

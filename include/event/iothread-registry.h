@@ -24,6 +24,7 @@ typedef struct IOThreadParams {
     int64_t poll_max_ns; /* 0: no polling */
     int64_t poll_grow;   /* 0: the default factor (2) */
     int64_t poll_shrink; /* 0: back to 0 at once */
+    int64_t aio_max_batch; /* requests per submit syscall of the dataplanes it runs; 0: the engine's (32) */
 } IOThreadParams;
 
 /* QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0. */

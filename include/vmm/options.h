@@ -76,8 +76,7 @@ typedef struct DeviceOptions {
 
 typedef struct IothreadOptions {
     char *id;
-    IOThreadParams params; /* poll-max-ns, poll-grow, poll-shrink (QEMU's defaults) */
-    int64_t aio_max_batch; /* accepted and not used */
+    IOThreadParams params; /* poll-max-ns, poll-grow, poll-shrink, aio-max-batch (QEMU's defaults) */
 } IothreadOptions;
 
 /* -object secret (QEMU's properties; registered with util/secret.h when the machine starts). */

@@ -319,6 +319,9 @@ static bool sw_dp_create(DpSwitch *sw, SwDp *g, GError **errp)
     };
     BlockErrorPolicy r, w;
 
+    if (iothread_get_aio_max_batch(g->iothread)) {
+        dc.ioq.max_batch = iothread_get_aio_max_batch(g->iothread); /* aio-max-batch, as QEMU */
+    }
     assert(!event_loop_in_owner(iothread_get_loop(g->iothread)));
     g->dp = dataplane_create(&dc, errp);
     if (!g->dp) {

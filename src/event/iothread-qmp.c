@@ -10,7 +10,6 @@
 #include "monitor/qmp.h"
 
 /* Accepted on -object iothread and not used: vblk submits per request batch. */
-#define IOTHREAD_AIO_MAX_BATCH_REPORTED 32
 
 static void add_int(JsonBuilder *b, const char *k, int64_t v)
 {
@@ -29,7 +28,7 @@ static void add_iothread(const char *id, IOThread *t, const IOThreadParams *p, v
     add_int(b, "poll-max-ns", p->poll_max_ns);
     add_int(b, "poll-grow", p->poll_grow);
     add_int(b, "poll-shrink", p->poll_shrink);
-    add_int(b, "aio-max-batch", IOTHREAD_AIO_MAX_BATCH_REPORTED);
+    add_int(b, "aio-max-batch", p->aio_max_batch);
     {
         /* vblk's own, per iothread: what its loop did (docs/qmp.md). */
         EventLoopStats st;

@@ -3,6 +3,7 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <limits.h>
 #include <string.h>
 
 #include "event/iothread-registry.h"
@@ -57,6 +58,7 @@ IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GE
     }
     event_loop_set_poll_params(iothread_get_loop(t), r->params.poll_max_ns, r->params.poll_grow,
                                r->params.poll_shrink);
+    iothread_set_aio_max_batch(t, (unsigned)MIN(r->params.aio_max_batch, (int64_t)UINT_MAX));
     if (!registry) {
         registry = g_ptr_array_new_with_free_func(registered_free);
     }

@@ -21,6 +21,7 @@ struct IOThread {
     bool stopping; /* written by stop_bh inside the thread */
     int tid;       /* the thread's Linux TID, published once it runs */
     char *name;
+    unsigned aio_max_batch; /* 0: the engine's */
 };
 
 /* The debug-state line of one iothread (util/debug-state.h). Context: any thread. */
@@ -176,4 +177,16 @@ void iothread_free(IOThread *t)
 int iothread_get_thread_id(IOThread *t)
 {
     return __atomic_load_n(&t->tid, __ATOMIC_ACQUIRE);
+}
+
+/* Context: main thread */
+void iothread_set_aio_max_batch(IOThread *t, unsigned n)
+{
+    t->aio_max_batch = n;
+}
+
+/* Context: main thread */
+unsigned iothread_get_aio_max_batch(const IOThread *t)
+{
+    return t->aio_max_batch;
 }

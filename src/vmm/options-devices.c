@@ -831,7 +831,7 @@ static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg,
     } else if (!strcmp(p->key, "poll-shrink")) {
         return object_int64(name, arg, p, &t->params.poll_shrink, errp);
     } else if (!strcmp(p->key, "aio-max-batch")) {
-        return object_int64(name, arg, p, &t->aio_max_batch, errp);
+        return object_int64(name, arg, p, &t->params.aio_max_batch, errp);
     }
     return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
 }

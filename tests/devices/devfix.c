@@ -184,6 +184,7 @@ bool devfix_init(DevFix *f, const DevFixConf *c, GError **errp)
     if (!f->iothread) {
         return devfix_fail(errp, err, "iothread");
     }
+    iothread_set_aio_max_batch(f->iothread, c->aio_max_batch);
     f->swconf.blk = f->blk;
     f->swconf.iothread = f->iothread;
     f->sw = dp_switch_new(&f->swconf, &err);

@@ -37,6 +37,7 @@ typedef struct DevFixConf {
     unsigned num_queues; /* 0: 1 */
     unsigned queue_size;
     const char *iothread; /* its name */
+    unsigned aio_max_batch; /* the iothread's aio-max-batch (0: the engine's) */
     const char *id;       /* the DpSwitch's device id (NULL: none) */
     /* The dataplane's fd is opened as virtio-blk-pci does (the drive's mode, O_DIRECT with
      * cache.direct), or read-only with @dataplane_read_only (its writes fail). */

@@ -423,7 +423,6 @@ BLOCKDEV = ["info block", "info block -v", "info qtree", "info blockstats", "blo
 # (config, command) -> reason.  Lines of these outputs may differ.
 KNOWN = {
     ("drive", "info version"): "vblk reports 7.2.0 with its own package string",
-    ("drive", "info iothreads"): "vblk's iothreads report aio-max-batch 32 (vblk's batch), QEMU 0",
     ("blockdev", "info block"): "the throttle group of a -blockdev device is the device id in vblk",
     ("drive", "qom-get \"/machine"): "QEMU ends 'unterminated string' with a bare LF, vblk with CR LF",
 }

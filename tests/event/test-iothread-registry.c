@@ -43,7 +43,7 @@ static JsonArray *query_iothreads(TClient *c, JsonParser *parser)
 static void test_registry(void)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
-    IOThreadParams p = {.poll_max_ns = 1000, .poll_grow = 3, .poll_shrink = 4};
+    IOThreadParams p = {.poll_max_ns = 1000, .poll_grow = 3, .poll_shrink = 4, .aio_max_batch = 8};
     Seen seen = {.ids = g_ptr_array_new_with_free_func(g_free)};
     char *path;
     QmpMonitor *mon = test_setup(&path);
@@ -71,6 +71,10 @@ static void test_registry(void)
     g_assert_cmpint(seen.params[0].poll_max_ns, ==, 1000);
     g_assert_cmpint(seen.params[0].poll_grow, ==, 3);
     g_assert_cmpint(seen.params[0].poll_shrink, ==, 4);
+    g_assert_cmpint(seen.params[0].aio_max_batch, ==, 8);
+    /* what a dataplane created on the thread submits per syscall (0: the engine's 32) */
+    g_assert_cmpuint(iothread_get_aio_max_batch(a), ==, 8);
+    g_assert_cmpuint(iothread_get_aio_max_batch(b), ==, 0);
     g_assert_cmpint(seen.params[1].poll_max_ns, ==, IOTHREAD_POLL_MAX_NS_DEFAULT);
     g_assert_cmpint(seen.params[1].poll_grow, ==, 0);
     g_assert_cmpint(seen.params[1].poll_shrink, ==, 0);
@@ -88,7 +92,7 @@ static void test_registry(void)
     g_assert_cmpint(json_object_get_int_member(o, "poll-max-ns"), ==, 1000);
     g_assert_cmpint(json_object_get_int_member(o, "poll-grow"), ==, 3);
     g_assert_cmpint(json_object_get_int_member(o, "poll-shrink"), ==, 4);
-    g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 32);
+    g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 8);
     /* vblk's own per-iothread figures, x- prefixed beside QEMU's six. */
     g_assert_cmpuint(json_object_get_size(o), ==, 11);
     g_assert_cmpint(json_object_get_int_member(o, "x-loop-iterations"), >, 0);
@@ -99,6 +103,7 @@ static void test_registry(void)
     o = json_array_get_object_element(arr, 1);
     g_assert_cmpstr(json_object_get_string_member(o, "id"), ==, "disk0-dataplane");
     g_assert_cmpint(json_object_get_int_member(o, "poll-max-ns"), ==, 32768);
+    g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 0); /* QEMU's default */
 
     /* Teardown stops them all; the command stays and lists nothing. */
     iothread_registry_clear();

@@ -42,7 +42,7 @@ while [ "$r" -le "$ALT_ROUNDS" ]; do
         [ -n "$res" ] || res=no-result
         echo "T-ALT round=$r variant=$v result=$res secs=$(($(date +%s) - t0)) ${line#T-FLUSHLOAD run=1 }"
         # a failed boot's own lines (its state dumps, the guest's last words)
-        [ "$res" = pass ] || echo "$out" | grep -v '^T-FLUSHLOAD' | tail -n 40 | sed 's/^/#   /'
+        [ "$res" = pass ] || echo "$out" | grep -v "^T-FLUSHLOAD" | tail -n 160 | sed 's/^/#   /'
         echo "$res" >>"$sumdir/$v"
     done
     r=$((r + 1))

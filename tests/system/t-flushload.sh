@@ -63,6 +63,9 @@ FL_PROBE=${FL_PROBE:-480}         # s after fio started: one state probe
 FL_VMM=${FL_VMM:-vblk}            # vblk | qemu (the control: QEMU 7.2, scripts/nested --qemu)
 FL_DISK=${FL_DISK:-file}          # file | nbd: the image exported by qemu-storage-daemon over NBD
                                   # on a unix socket, the disk its nbd+unix:// URI (system test 22)
+FL_KVMTRACE=${FL_KVMTRACE:-0}    # 1: L1's KVM tracepoints run through every boot; a failed boot
+                                  # prints the last events before its end (what L1's KVM saw and
+                                  # injected right before a guest crash)
 FL_JOB=${FL_JOB:-flushload}       # flushload (above) | verify: the guest's verify-4k-qd32 job over
                                   # 64 MiB (system test 22's); verify_only boots need flushload
 
@@ -121,6 +124,31 @@ qmp_open() {
 }
 qmp_close() { exec 3>&-; sleep 1; kill "$qmp_nc" 2>/dev/null; }
 
+# kvmtrace_start / kvmtrace_stop: L1's KVM tracepoints (exits with their
+# exit_int_info, injected exceptions and interrupts, page faults) into a ring
+# buffer of 8 MiB per CPU for the whole boot; a triple fault loses the guest's
+# state, so what L1's KVM did just before it is the only record.
+KT=/sys/kernel/tracing
+KT_EVENTS="kvm_exit kvm_inj_exception kvm_inj_virq kvm_page_fault kvm_pio kvm_mmio kvm_msr"
+kvmtrace_start() {
+    [ "$FL_KVMTRACE" = 1 ] || return 0
+    [ -d $KT/events/kvm ] || mount -t tracefs nodev $KT 2>/dev/null
+    [ -d $KT/events/kvm/kvm_exit ] || { echo "# kvmtrace: no tracefs or no kvm events in L1"; return 0; }
+    echo 0 >$KT/tracing_on; echo 8192 >$KT/buffer_size_kb; : >$KT/trace
+    for e in $KT_EVENTS; do [ -d $KT/events/kvm/$e ] && echo 1 >$KT/events/kvm/$e/enable; done
+    echo 1 >$KT/tracing_on
+}
+kvmtrace_stop() { # $1: 1 = print the last events
+    [ "$FL_KVMTRACE" = 1 ] && [ -d $KT/events/kvm/kvm_exit ] || return 0
+    echo 0 >$KT/tracing_on
+    if [ "$1" = 1 ]; then
+        echo "#   L1 KVM trace, the last 80 events of the boot (exit_int_info: the event in delivery at the exit):"
+        grep -v '^#' $KT/trace | tail -n 80 | sed 's/^ *//; s/^/#   kvmtrace: /' | cut -c1-260
+    fi
+    for e in $KT_EVENTS; do [ -d $KT/events/kvm/$e ] && echo 0 >$KT/events/kvm/$e/enable; done
+    : >$KT/trace
+}
+
 # boot N VERIFY_ONLY: one boot; sets $result.
 boot() {
     n=$1; vo=$2; log="$dir/fl-$n.log"
@@ -158,6 +186,7 @@ boot() {
     else
         jobarg="vblk.jobb64=$jb"
     fi
+    kvmtrace_start
     start=$(date +%s)
     if [ "$FL_VMM" = qemu ]; then
         # The control: QEMU 7.2 with the same guest, job, disk and QMP load. It
@@ -259,6 +288,7 @@ boot() {
     echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
         "switches=${sw:-0} flips=$flips stopcont=$stops qmp_errors=$qerr secs=$(($(date +%s) - start))" \
         "dp=$FL_DP aio=$aio engine=$FL_ENGINE vmm=$FL_VMM backing=$FL_BACKING disk=$FL_DISK job=$FL_JOB smp=$FL_SMP"
+    if [ $result != pass ]; then kvmtrace_stop 1; else kvmtrace_stop 0; fi
     if [ $result != pass ]; then
         grep -E 'triple fault|vCPU [0-9]+: (RIP|CR0|CS|RAX|RSI)|debug-state|KVM_EXIT|Kernel panic|BUG|Oops|RIP:|VBLK-|vblk:' "$log" |
             grep -v 'VBLK-IRQ' | tail -n 60 | sed 's/^/#   /'

@@ -259,7 +259,7 @@ static void test_object_iothread(void)
     g_assert_cmpint(io->params.poll_max_ns, ==, 256);
     g_assert_cmpint(io->params.poll_grow, ==, 4);
     g_assert_cmpint(io->params.poll_shrink, ==, 2);
-    g_assert_cmpint(io->aio_max_batch, ==, 8);
+    g_assert_cmpint(io->params.aio_max_batch, ==, 8);
     options_free(o);
 }
 
