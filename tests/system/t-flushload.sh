@@ -138,15 +138,21 @@ kvmtrace_start() {
     for e in $KT_EVENTS; do [ -d $KT/events/kvm/$e ] && echo 1 >$KT/events/kvm/$e/enable; done
     echo 1 >$KT/tracing_on
 }
-kvmtrace_stop() { # $1: 1 = print the last events
+kvmtrace_stop() { # stop, keep the last 80 events in $dir/kvmtrace.txt
+    rm -f "$dir/kvmtrace.txt"
     [ "$FL_KVMTRACE" = 1 ] && [ -d $KT/events/kvm/kvm_exit ] || return 0
     echo 0 >$KT/tracing_on
-    if [ "$1" = 1 ]; then
-        echo "#   L1 KVM trace, the last 80 events of the boot (exit_int_info: the event in delivery at the exit):"
-        grep -v '^#' $KT/trace | tail -n 80 | sed 's/^ *//; s/^/#   kvmtrace: /' | cut -c1-260
-    fi
+    grep -v '^#' $KT/trace | tail -n 80 | sed 's/^ *//' | cut -c1-260 >"$dir/kvmtrace.txt"
     for e in $KT_EVENTS; do [ -d $KT/events/kvm/$e ] && echo 0 >$KT/events/kvm/$e/enable; done
     : >$KT/trace
+}
+# L1's KVM saw the guest shut down (a triple fault): its last exit says so,
+# whatever the VMM made of it (QEMU -no-reboot: a guest reset, status 0).
+kvmtrace_shutdown() { [ -f "$dir/kvmtrace.txt" ] && grep kvm_exit "$dir/kvmtrace.txt" | tail -n 1 | grep -q 'reason shutdown'; }
+kvmtrace_print() {
+    [ -s "$dir/kvmtrace.txt" ] || return 0
+    echo "#   L1 KVM trace, the last 80 events of the boot (intr_info of an exit: the event in delivery):"
+    sed 's/^/#   kvmtrace: /' "$dir/kvmtrace.txt"
 }
 
 # boot N VERIFY_ONLY: one boot; sets $result.
@@ -266,6 +272,7 @@ boot() {
         kill -USR2 "$vpid" 2>/dev/null; sleep 3; kill -9 "$vpid" 2>/dev/null; hung=1
     fi
     wait "$vpid"; rc=$?
+    kvmtrace_stop
     qmp_close
     cp "$dir/qmp.out" "$dir/fl-$n.qmp"
     fio_rc=$(grep -o 'VBLK-FIO-RC name=[^ ]* rc=[0-9]*' "$log" | tail -1 | sed 's/.*rc=//')
@@ -274,7 +281,7 @@ boot() {
     sw=$(grep -o '"switches": [0-9]*' "$dir/qmp.out" | cut -d' ' -f2 | sort -n | tail -1)
     qerr=$(grep -c '"error"' "$dir/qmp.out")
     if [ $hung = 1 ]; then result=hang
-    elif [ $rc -eq 2 ]; then result=triple-fault
+    elif [ $rc -eq 2 ] || { [ $rc -eq 0 ] && kvmtrace_shutdown; }; then result=triple-fault
     elif [ $rc -ne 0 ]; then result=vblk-error
     elif [ -z "$fio_rc" ] && grep -q 'VBLK-EXIT 137' "$log"; then result=fio-timeout
     elif [ -z "$fio_rc" ] && grep -q 'Kernel panic' "$log"; then result=guest-panic
@@ -288,7 +295,7 @@ boot() {
     echo "T-FLUSHLOAD run=$n result=$result rc=$rc fio_rc=${fio_rc:--} verify_only=$vo" \
         "switches=${sw:-0} flips=$flips stopcont=$stops qmp_errors=$qerr secs=$(($(date +%s) - start))" \
         "dp=$FL_DP aio=$aio engine=$FL_ENGINE vmm=$FL_VMM backing=$FL_BACKING disk=$FL_DISK job=$FL_JOB smp=$FL_SMP"
-    if [ $result != pass ]; then kvmtrace_stop 1; else kvmtrace_stop 0; fi
+    [ $result != pass ] && kvmtrace_print
     if [ $result != pass ]; then
         grep -E 'triple fault|vCPU [0-9]+: (RIP|CR0|CS|RAX|RSI)|debug-state|KVM_EXIT|Kernel panic|BUG|Oops|RIP:|VBLK-|vblk:' "$log" |
             grep -v 'VBLK-IRQ' | tail -n 60 | sed 's/^/#   /'
