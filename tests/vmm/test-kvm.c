@@ -958,7 +958,8 @@ static void test_debug_state(void)
     /* What a hung guest waits for: halted with IF clear, nothing pending, the hlt loop's code. */
     g_assert_nonnull(strstr(dump, " IF=0 intr_shadow=0 exception=-1 interrupt=-1 "));
     g_assert_nonnull(strstr(dump, " nmi=0/0 lapic: ISR top -1, IRR top -1, TPR 0x0; code at RIP:"));
-    g_assert_nonnull(strstr(dump, "f4 eb fd"));
+    /* RIP is at the hlt or, once the vCPU halted there, past it (hosts differ): its bytes either way */
+    g_assert_true(strstr(dump, "code at RIP: f4 eb fd") || strstr(dump, "code at RIP: eb fd"));
     g_free(dump);
 
     vblkproc_expect(&p, "stop", "return");
