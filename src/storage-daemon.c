@@ -241,6 +241,8 @@ static bool add_object(const char *arg, GError **errp)
             dst = &params.poll_shrink;
         } else if (!strcmp(p->key, "aio-max-batch")) {
             dst = &params.aio_max_batch;
+        } else if (!strcmp(p->key, "x-submit-early")) {
+            dst = &params.x_submit_early;
         } else {
             g_set_error(errp, SD_ERROR, EINVAL, "--object: Invalid parameter '%s'", p->key);
             return false;

@@ -208,6 +208,13 @@ int iothread_get_thread_id(IOThread *t);
  */
 void iothread_set_aio_max_batch(IOThread *t, unsigned n);
 unsigned iothread_get_aio_max_batch(const IOThread *t);
+/*
+ * vblk's x-submit-early: while fewer than @n requests are in the kernel, its
+ * dataplanes submit each request at once (IOQConfig.submit_early); 0: off.
+ * Set before a dataplane is created on it. Context: main thread.
+ */
+void iothread_set_submit_early(IOThread *t, unsigned n);
+unsigned iothread_get_submit_early(const IOThread *t);
 /* Context: control thread. Stops and joins the thread; idempotent. */
 void iothread_stop(IOThread *t);
 /* Context: control thread. Stops, joins, frees the loop. NULL is ignored. */

@@ -18,6 +18,13 @@
 
 /* QEMU's -object iothread default: adaptive polling up to 32 us. */
 #define IOTHREAD_POLL_MAX_NS_DEFAULT 32768
+/*
+ * vblk's x-submit-early default: while fewer than 4 requests are in the
+ * kernel, a dataplane submits each request as it pops it, so that an idle
+ * disk starts on a pass before the rest of it is popped (docs/benchmarks.md,
+ * 2026-12-05: +15% at QD32 on a file, the Xeon host).
+ */
+#define IOTHREAD_SUBMIT_EARLY_DEFAULT 4
 
 /* -object iothread's polling properties (QEMU's names and meaning). */
 typedef struct IOThreadParams {
@@ -25,9 +32,10 @@ typedef struct IOThreadParams {
     int64_t poll_grow;   /* 0: the default factor (2) */
     int64_t poll_shrink; /* 0: back to 0 at once */
     int64_t aio_max_batch; /* requests per submit syscall of the dataplanes it runs; 0: the engine's (32) */
+    int64_t x_submit_early; /* vblk's: submit at once while fewer are in the kernel (0: off) */
 } IOThreadParams;
 
-/* QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0. */
+/* QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0, aio-max-batch=0; x-submit-early=4. */
 void iothread_params_init(IOThreadParams *p);
 
 /*

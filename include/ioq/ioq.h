@@ -144,6 +144,12 @@ typedef struct IOQConfig {
     int fd;                      /* backing file; -1 for null */
     unsigned queue_depth;        /* max requests in flight (default 128) */
     unsigned max_batch;          /* requests per submit syscall (default 32) */
+    /*
+     * While fewer than this many requests are in the kernel, submit each
+     * request at once instead of waiting for max_batch or ioq_submit(): an
+     * idle disk starts on the first request of a pass (0: off, QEMU's rule).
+     */
+    unsigned submit_early;
     bool direct;                 /* fd was opened with O_DIRECT */
     uint32_t logical_block_size; /* default 512 */
     uint32_t mem_align;          /* 0: statx STATX_DIOALIGN, else 4096 (direct only) */

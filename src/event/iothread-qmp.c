@@ -29,6 +29,7 @@ static void add_iothread(const char *id, IOThread *t, const IOThreadParams *p, v
     add_int(b, "poll-grow", p->poll_grow);
     add_int(b, "poll-shrink", p->poll_shrink);
     add_int(b, "aio-max-batch", p->aio_max_batch);
+    add_int(b, "x-submit-early", p->x_submit_early);
     {
         /* vblk's own, per iothread: what its loop did (docs/qmp.md). */
         EventLoopStats st;
@@ -65,7 +66,7 @@ void iothread_qmp_register(void)
         qmp_register_command("query-iothreads", cmd_query_iothreads, none, 0, NULL);
         qmp_schema_describe("query-iothreads", NULL,
                             "[{'id': 'str', 'thread-id': 'int', 'poll-max-ns': 'int', "
-                            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', "
+                            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', 'x-submit-early': 'int', "
                             "'x-loop-iterations': 'int', 'x-blocking-waits': 'int', "
                             "'x-poll-successes': 'int', 'x-bh-runs': 'int', 'x-poll-ns': 'int'}]",
                             NULL);

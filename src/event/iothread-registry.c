@@ -29,7 +29,8 @@ static void registered_free(gpointer p)
 /* Context: main thread */
 void iothread_params_init(IOThreadParams *p)
 {
-    *p = (IOThreadParams){.poll_max_ns = IOTHREAD_POLL_MAX_NS_DEFAULT};
+    *p = (IOThreadParams){.poll_max_ns = IOTHREAD_POLL_MAX_NS_DEFAULT,
+                          .x_submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT};
 }
 
 /* Context: main thread */
@@ -59,6 +60,7 @@ IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GE
     event_loop_set_poll_params(iothread_get_loop(t), r->params.poll_max_ns, r->params.poll_grow,
                                r->params.poll_shrink);
     iothread_set_aio_max_batch(t, (unsigned)MIN(r->params.aio_max_batch, (int64_t)UINT_MAX));
+    iothread_set_submit_early(t, (unsigned)MIN(r->params.x_submit_early, (int64_t)UINT_MAX));
     if (!registry) {
         registry = g_ptr_array_new_with_free_func(registered_free);
     }

@@ -22,6 +22,7 @@ struct IOThread {
     int tid;       /* the thread's Linux TID, published once it runs */
     char *name;
     unsigned aio_max_batch; /* 0: the engine's */
+    unsigned submit_early;  /* 0: off */
 };
 
 /* The debug-state line of one iothread (util/debug-state.h). Context: any thread. */
@@ -189,4 +190,16 @@ void iothread_set_aio_max_batch(IOThread *t, unsigned n)
 unsigned iothread_get_aio_max_batch(const IOThread *t)
 {
     return t->aio_max_batch;
+}
+
+/* Context: main thread */
+void iothread_set_submit_early(IOThread *t, unsigned n)
+{
+    t->submit_early = n;
+}
+
+/* Context: main thread */
+unsigned iothread_get_submit_early(const IOThread *t)
+{
+    return t->submit_early;
 }

@@ -141,7 +141,8 @@ static void aio_queue(IOQ *ioq, IOQReq *req)
 
     aio_prep(ioq, req);
     ioq_list_push(&e->pending, req);
-    if (e->pending.len >= ioq->max_batch && !e->blocked) {
+    if ((e->pending.len >= ioq->max_batch || e->kernel_inflight < ioq->submit_early) &&
+        !e->blocked) {
         aio_submit(ioq);
     }
 }

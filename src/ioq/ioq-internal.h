@@ -63,6 +63,7 @@ struct IOQ {
     int efd; /* completion eventfd */
     unsigned depth;
     unsigned max_batch;
+    unsigned submit_early;
     bool direct;
     bool read_zeroes;
     bool force_helper;

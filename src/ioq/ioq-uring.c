@@ -138,7 +138,7 @@ static void uring_queue(IOQ *ioq, IOQReq *req)
         ioq_list_push(&e->overflow, req);
         return;
     }
-    if (e->queued >= ioq->max_batch) {
+    if (e->queued >= ioq->max_batch || e->kernel_inflight < ioq->submit_early) {
         uring_submit(ioq);
     }
 }

@@ -723,6 +723,7 @@ IOQ *ioq_new(const IOQConfig *cfg, GError **errp)
     ioq->depth = cfg->queue_depth ? cfg->queue_depth : IOQ_DEFAULT_DEPTH;
     ioq->max_batch = cfg->max_batch ? cfg->max_batch : IOQ_DEFAULT_BATCH;
     ioq->max_batch = MIN(ioq->max_batch, ioq->depth);
+    ioq->submit_early = cfg->submit_early;
     ioq->direct = cfg->direct;
     ioq->read_zeroes = cfg->null_read_zeroes;
     ioq->force_helper = cfg->force_helper;

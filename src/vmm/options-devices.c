@@ -832,6 +832,8 @@ static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg,
         return object_int64(name, arg, p, &t->params.poll_shrink, errp);
     } else if (!strcmp(p->key, "aio-max-batch")) {
         return object_int64(name, arg, p, &t->params.aio_max_batch, errp);
+    } else if (!strcmp(p->key, "x-submit-early")) {
+        return object_int64(name, arg, p, &t->params.x_submit_early, errp);
     }
     return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
 }

@@ -48,6 +48,7 @@
 #include "dpfix.h"
 #include "block/block.h"
 #include "devices/dp-switch.h"
+#include "event/iothread-registry.h"
 #include "util/thread-check.h"
 
 #define HIST_US 200000 /* 1 us buckets up to 200 ms */
@@ -599,6 +600,7 @@ int main(int argc, char **argv)
     MultiOpts mo = {.nq = 1, .bs = 4096, .busy_qd = 32, .busy_bs = 4096, .busy_backend = "null"};
     bool multi = false;
 
+    o.submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT; /* what a device's iothread does (--submit-early) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend")) {
             backend = argv[i + 1];
@@ -622,6 +624,8 @@ int main(int argc, char **argv)
             poll_shrink = atoll(argv[i + 1]);
         } else if (!strcmp(argv[i], "--complete-batch")) {
             o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
+        } else if (!strcmp(argv[i], "--submit-early")) {
+            o.submit_early = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--aio-max-batch")) {
             o.max_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--halt-poll-us")) {

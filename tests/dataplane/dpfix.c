@@ -108,6 +108,7 @@ DpFix *dpfix_new(const DpFixOpts *o)
     dc.ioq.logical_block_size = 512;
     dc.ioq.aio_max_events = f->o.aio_max_events;
     dc.ioq.max_batch = f->o.max_batch;
+    dc.ioq.submit_early = f->o.submit_early;
     dc.ioq.null_read_zeroes = f->o.null_read_zeroes;
     dc.ioq.nbd = f->o.nbd;
     dc.ioq.rbd = f->o.rbd;

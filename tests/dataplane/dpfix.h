@@ -26,6 +26,7 @@ typedef struct DpFixOpts {
     IOQRbdConfig rbd;  /* engine "rbd": the image */
     unsigned complete_batch; /* DataPlaneConf.complete_batch (0: default) */
     unsigned max_batch;      /* IOQConfig.max_batch: requests per submit syscall (0: default) */
+    unsigned submit_early;   /* IOQConfig.submit_early (0: off) */
 } DpFixOpts;
 
 typedef struct DpFix {

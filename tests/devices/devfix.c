@@ -185,6 +185,7 @@ bool devfix_init(DevFix *f, const DevFixConf *c, GError **errp)
         return devfix_fail(errp, err, "iothread");
     }
     iothread_set_aio_max_batch(f->iothread, c->aio_max_batch);
+    iothread_set_submit_early(f->iothread, c->submit_early);
     f->swconf.blk = f->blk;
     f->swconf.iothread = f->iothread;
     f->sw = dp_switch_new(&f->swconf, &err);

@@ -38,6 +38,7 @@ typedef struct DevFixConf {
     unsigned queue_size;
     const char *iothread; /* its name */
     unsigned aio_max_batch; /* the iothread's aio-max-batch (0: the engine's) */
+    unsigned submit_early;  /* the iothread's x-submit-early (0: off) */
     const char *id;       /* the DpSwitch's device id (NULL: none) */
     /* The dataplane's fd is opened as virtio-blk-pci does (the drive's mode, O_DIRECT with
      * cache.direct), or read-only with @dataplane_read_only (its writes fail). */

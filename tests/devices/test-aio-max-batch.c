@@ -4,6 +4,8 @@
  * syscall; 0, the default, is the engine's own batch (32). Checked on a real
  * file with both engines: 32 reads published at once and kicked once make
  * 32 / min(batch, 32) submit calls, and every read completes with its data.
+ * With vblk's x-submit-early N the first N requests of such a pass go to an
+ * idle disk one by one before the rest are batched.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -20,6 +22,7 @@
 typedef struct Case {
     const char *drive;
     unsigned batch;    /* the iothread's aio-max-batch */
+    unsigned early;    /* its x-submit-early */
     uint64_t expected; /* submit calls for NREQ requests popped in one pass */
 } Case;
 
@@ -39,6 +42,7 @@ static void test_batch(gconstpointer data)
                               .queue_size = QSIZE,
                               .iothread = "batch-io",
                               .aio_max_batch = c->batch,
+                              .submit_early = c->early,
                               .ioq = {.logical_block_size = 512}},
                 NULL);
     /* Block k holds the byte k + 1 everywhere, so each read says where it read. */
@@ -103,17 +107,23 @@ int main(int argc, char **argv)
     static const char *const drives[] = {"file=%s,cache=none,aio=native",
                                          "file=%s,cache=none,aio=io_uring"};
     static const char *const engines[] = {"native", "io_uring"};
-    static Case cases[2][4];
-    static const unsigned batches[] = {0, 1, 4, 100};
-    static const uint64_t expected[] = {1, NREQ, NREQ / 4, 1};
+    static Case cases[2][6];
+    /*
+     * x-submit-early N: the first N requests of the pass go out one by one
+     * while the kernel has fewer than N, the rest in batches: N + the
+     * batches of NREQ - N.
+     */
+    static const unsigned batches[] = {0, 1, 4, 100, 0, 8};
+    static const unsigned earlies[] = {0, 0, 0, 0, 4, 4};
+    static const uint64_t expected[] = {1, NREQ, NREQ / 4, 1, 4 + 1, 4 + (NREQ - 4) / 8 + 1};
 
     g_test_init(&argc, &argv, NULL);
     for (unsigned e = 0; e < 2; e++) {
         for (unsigned i = 0; i < G_N_ELEMENTS(batches); i++) {
-            g_autofree char *p =
-                g_strdup_printf("/aio-max-batch/%s/batch-%u", engines[e], batches[i]);
+            g_autofree char *p = g_strdup_printf("/aio-max-batch/%s/batch-%u-early-%u", engines[e],
+                                                 batches[i], earlies[i]);
 
-            cases[e][i] = (Case){drives[e], batches[i], expected[i]};
+            cases[e][i] = (Case){drives[e], batches[i], earlies[i], expected[i]};
             g_test_add_data_func(p, &cases[e][i], test_batch);
         }
     }

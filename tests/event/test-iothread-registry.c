@@ -43,7 +43,8 @@ static JsonArray *query_iothreads(TClient *c, JsonParser *parser)
 static void test_registry(void)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
-    IOThreadParams p = {.poll_max_ns = 1000, .poll_grow = 3, .poll_shrink = 4, .aio_max_batch = 8};
+    IOThreadParams p = {
+        .poll_max_ns = 1000, .poll_grow = 3, .poll_shrink = 4, .aio_max_batch = 8, .x_submit_early = 2};
     Seen seen = {.ids = g_ptr_array_new_with_free_func(g_free)};
     char *path;
     QmpMonitor *mon = test_setup(&path);
@@ -75,6 +76,8 @@ static void test_registry(void)
     /* what a dataplane created on the thread submits per syscall (0: the engine's 32) */
     g_assert_cmpuint(iothread_get_aio_max_batch(a), ==, 8);
     g_assert_cmpuint(iothread_get_aio_max_batch(b), ==, 0);
+    g_assert_cmpuint(iothread_get_submit_early(a), ==, 2);
+    g_assert_cmpuint(iothread_get_submit_early(b), ==, IOTHREAD_SUBMIT_EARLY_DEFAULT);
     g_assert_cmpint(seen.params[1].poll_max_ns, ==, IOTHREAD_POLL_MAX_NS_DEFAULT);
     g_assert_cmpint(seen.params[1].poll_grow, ==, 0);
     g_assert_cmpint(seen.params[1].poll_shrink, ==, 0);
@@ -93,8 +96,9 @@ static void test_registry(void)
     g_assert_cmpint(json_object_get_int_member(o, "poll-grow"), ==, 3);
     g_assert_cmpint(json_object_get_int_member(o, "poll-shrink"), ==, 4);
     g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 8);
-    /* vblk's own per-iothread figures, x- prefixed beside QEMU's six. */
-    g_assert_cmpuint(json_object_get_size(o), ==, 11);
+    g_assert_cmpint(json_object_get_int_member(o, "x-submit-early"), ==, 2);
+    /* vblk's own per-iothread setting and figures, x- prefixed beside QEMU's six. */
+    g_assert_cmpuint(json_object_get_size(o), ==, 12);
     g_assert_cmpint(json_object_get_int_member(o, "x-loop-iterations"), >, 0);
     g_assert_cmpint(json_object_get_int_member(o, "x-blocking-waits"), >=, 0);
     g_assert_true(json_object_has_member(o, "x-poll-successes"));
@@ -104,6 +108,7 @@ static void test_registry(void)
     g_assert_cmpstr(json_object_get_string_member(o, "id"), ==, "disk0-dataplane");
     g_assert_cmpint(json_object_get_int_member(o, "poll-max-ns"), ==, 32768);
     g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 0); /* QEMU's default */
+    g_assert_cmpint(json_object_get_int_member(o, "x-submit-early"), ==, IOTHREAD_SUBMIT_EARLY_DEFAULT);
 
     /* Teardown stops them all; the command stays and lists nothing. */
     iothread_registry_clear();

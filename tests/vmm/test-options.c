@@ -260,6 +260,11 @@ static void test_object_iothread(void)
     g_assert_cmpint(io->params.poll_grow, ==, 4);
     g_assert_cmpint(io->params.poll_shrink, ==, 2);
     g_assert_cmpint(io->params.aio_max_batch, ==, 8);
+    g_assert_cmpint(io->params.x_submit_early, ==, IOTHREAD_SUBMIT_EARLY_DEFAULT);
+    options_free(o);
+    o = parse_ok("-object iothread,id=io1,x-submit-early=0");
+    io = o->iothreads->pdata[0];
+    g_assert_cmpint(io->params.x_submit_early, ==, 0);
     options_free(o);
 }
 
