@@ -373,6 +373,7 @@ static bool dp_conf_for(DataPlaneConf *dc, unsigned engine, unsigned k, GError *
     dc->ioq.logical_block_size = k == 1 ? 4096 : 512;
     dc->ioq.null_read_zeroes = true;
     dc->ioq.bounce_pool_size = 128 << 10; /* two 64 KiB slots: bounced requests queue up */
+    dc->ioq.submit_early = k == 1 ? 0 : 4; /* x-submit-early: a device's default, and off */
     if (engine == ENGINE_NBD) {
         dc->ioq.nbd.socket = H.nbd.sock;
         dc->ioq.nbd.export_name = "exp";

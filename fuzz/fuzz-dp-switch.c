@@ -76,6 +76,7 @@
 #include <linux/virtio_ring.h>
 
 #include "devfix.h"
+#include "event/iothread-registry.h"
 #include "util/block-throttle.h"
 #include "virtio/virtio-blk.h"
 #include "virtio/virtqueue.h"
@@ -204,6 +205,8 @@ static Dev *get_dev(unsigned be, unsigned nq)
                                    .num_queues = nq,
                                    .queue_size = MAX_QSIZE,
                                    .iothread = name,
+                                   /* as a device's iothread; the extra one keeps 0 */
+                                   .submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT,
                                    .blk_conf = &conf},
                      &err)) {
         fprintf(stderr, "fuzz-dp-switch: backend %u unusable here: %s\n", be, err->message);
