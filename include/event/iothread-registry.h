@@ -26,7 +26,7 @@
  */
 #define IOTHREAD_SUBMIT_EARLY_DEFAULT 4
 
-/* -object iothread's polling properties (QEMU's names and meaning). */
+/* -object iothread's properties: QEMU's names and meaning, and vblk's x-submit-early. */
 typedef struct IOThreadParams {
     int64_t poll_max_ns; /* 0: no polling */
     int64_t poll_grow;   /* 0: the default factor (2) */

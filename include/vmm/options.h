@@ -76,7 +76,7 @@ typedef struct DeviceOptions {
 
 typedef struct IothreadOptions {
     char *id;
-    IOThreadParams params; /* poll-max-ns, poll-grow, poll-shrink, aio-max-batch (QEMU's defaults) */
+    IOThreadParams params; /* poll-*, aio-max-batch (QEMU's defaults), x-submit-early */
 } IothreadOptions;
 
 /* -object secret (QEMU's properties; registered with util/secret.h when the machine starts). */

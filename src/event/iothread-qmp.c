@@ -9,8 +9,6 @@
 #include "iothread-qmp.h"
 #include "monitor/qmp.h"
 
-/* Accepted on -object iothread and not used: vblk submits per request batch. */
-
 static void add_int(JsonBuilder *b, const char *k, int64_t v)
 {
     json_builder_set_member_name(b, k);
