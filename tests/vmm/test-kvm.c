@@ -657,6 +657,24 @@ static void test_reset_no_reboot(void)
     vblkproc_end(&p, NULL);
 }
 
+/*
+ * A tiny guest of @code under -no-reboot, started paused and let go: returns
+ * the QMP output up to its SHUTDOWN (@p left to vblkproc_end_status()).
+ */
+static char *run_to_shutdown(VblkProc *p, const char *name, const char *img, const uint8_t *code,
+                             size_t len)
+{
+    g_autofree char *kernel = NULL;
+
+    vblkproc_init(p, name);
+    p->err_log = g_build_filename(p->dir, "stderr.log", NULL);
+    kernel = vblkproc_bzimage(p->dir, img, code, len, "");
+    vblkproc_start(p, false, "-m", "32", "-kernel", kernel, "-serial", "null", "-no-reboot", "-S",
+                   NULL);
+    vblkproc_send(p, "cont");
+    return vblkproc_wait(p, "\"SHUTDOWN\"");
+}
+
 /* The guest resets the machine through the keyboard controller (reboot=k). */
 static const uint8_t kbd_reset_code[] = {
     0xb0, 0xfe, /* mov al, 0xfe (pulse the reset line) */
@@ -673,18 +691,13 @@ static const uint8_t kbd_reset_code[] = {
 static void test_guest_reset_no_reboot(void)
 {
     VblkProc p;
-    g_autofree char *kernel = NULL, *out = NULL, *err = NULL;
+    g_autofree char *out = NULL, *err = NULL;
 
     if (!vblkproc_usable()) {
         return;
     }
-    vblkproc_init(&p, "vblk-greset-XXXXXX");
-    p.err_log = g_build_filename(p.dir, "stderr.log", NULL);
-    kernel = vblkproc_bzimage(p.dir, "kbdreset", kbd_reset_code, sizeof(kbd_reset_code), "");
-    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-serial", "null", "-no-reboot", "-S",
-                   NULL);
-    vblkproc_send(&p, "cont");
-    out = vblkproc_wait(&p, "\"SHUTDOWN\"");
+    out = run_to_shutdown(&p, "vblk-greset-XXXXXX", "kbdreset", kbd_reset_code,
+                          sizeof(kbd_reset_code));
     g_assert_nonnull(strstr(out, "\"event\": \"SHUTDOWN\", \"data\": {\"guest\": true, "
                                  "\"reason\": \"guest-reset\"}"));
     g_assert_cmpint(vblkproc_end_status(&p, NULL, &err), ==, 0);
@@ -845,13 +858,7 @@ static void test_triple_fault(void)
     if (!vblkproc_usable()) {
         return;
     }
-    vblkproc_init(&p, "vblk-tf-XXXXXX");
-    p.err_log = g_build_filename(p.dir, "stderr.log", NULL);
-    kernel = vblkproc_bzimage(p.dir, "trap", trap_code, sizeof(trap_code), "");
-    vblkproc_start(&p, false, "-m", "32", "-kernel", kernel, "-serial", "null", "-no-reboot", "-S",
-                   NULL);
-    vblkproc_send(&p, "cont");
-    out = vblkproc_wait(&p, "\"SHUTDOWN\"");
+    out = run_to_shutdown(&p, "vblk-tf-XXXXXX", "trap", trap_code, sizeof(trap_code));
     status = vblkproc_end_status(&p, NULL, &err);
     if (status == 2) {
         g_assert_nonnull(strstr(out, "{\"guest\": true, \"reason\": \"guest-reset\"}"));
