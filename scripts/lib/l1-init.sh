@@ -18,8 +18,13 @@ echo 1 > /proc/sys/kernel/printk
 stty -F /dev/console -onlcr -echo 2>/dev/null
 read -r up _ </proc/uptime
 echo "VBLK-L1-UP uptime=$up"
+# scripts/nested --npt off: L2 on shadow paging (kvm_amd npt=0)
+npt=on
+case " $(cat /proc/cmdline) " in *" vblk.l1npt=off "*) npt=off;; esac
 for m in $(cat /etc/vblk-l1/modules); do
-    insmod /lib/modules/l1/$m.ko 2>/tmp/insmod.err || echo "VBLK-L1-WARN insmod $m: $(cat /tmp/insmod.err)"
+    args=""
+    [ "$m" = kvm-amd ] && [ $npt = off ] && args="npt=0"
+    insmod /lib/modules/l1/$m.ko $args 2>/tmp/insmod.err || echo "VBLK-L1-WARN insmod $m: $(cat /tmp/insmod.err)"
 done
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
@@ -74,7 +79,7 @@ case " $(cat /proc/cmdline) " in
 esac
 [ -b /dev/vda ] && disk=ok || disk=missing
 read -r up _ </proc/uptime
-echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk net=$net kvmhold=$kvmhold vblk_disk=$VBLK_DISK"
+echo "VBLK-L1-READY uptime=$up kvm=$kvm disk=$disk net=$net kvmhold=$kvmhold npt=$(cat /sys/module/kvm_amd/parameters/npt 2>/dev/null) vblk_disk=$VBLK_DISK"
 
 export HOME=/root VBLK_MODE=nested VBLK_WORK=/vblk VBLK_FILES=/files
 export VBLK_L2_KERNEL=/l2/bzImage VBLK_L2_INITRD=/l2/initrd VBLK_L2_VMLINUX=/l2/vmlinux

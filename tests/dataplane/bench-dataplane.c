@@ -601,7 +601,21 @@ int main(int argc, char **argv)
     bool multi = false;
 
     o.submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT; /* what a device's iothread does (--submit-early) */
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: bench-dataplane [--backend null|file] [--aio native|io_uring|threads] [--qd 1..64]\n"
+                   "  [--seconds N] [--file PATH] [--path dataplane|block] [--poll-max-ns N] [--iothread-cpu N]\n"
+                   "  [--submit-early N] [--aio-max-batch N] [--complete-batch N] [--halt-poll-us N]\n"
+                   "  [--iothreads N] [--queues N] [--bs N] [--rw randread|randwrite]\n"
+                   "  [--busy-devs N] [--busy-qd N] [--busy-bs N] [--busy-rw R] [--busy-backend B]\n"
+                   "  [--main-loop glib|own] [--poll-shrink N]\n"
+                   "scripts/bench-dataplane runs the standard cases and prints the tables.\n");
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench-dataplane: option %s needs a value (--help lists them)\n", argv[i]);
+            return 1;
+        }
         if (!strcmp(argv[i], "--backend")) {
             backend = argv[i + 1];
         } else if (!strcmp(argv[i], "--aio")) {
