@@ -18,6 +18,7 @@ def parse(path):
     boots = {}     # vmm -> secs
     status = {}    # vmm -> (rc, secs)
     order = []
+    begins = {}    # vmm -> job runs started (rounds)
     vmm = None
     job = None
     buf = None
@@ -44,6 +45,7 @@ def parse(path):
             m = re.search(r"BENCH-VMM-BEGIN name=(\S+)", line)
             if m:
                 vmm = m.group(1)
+                begins[vmm] = begins.get(vmm, 0) + 1
                 if vmm not in order:
                     order.append(vmm)
                 continue
@@ -65,6 +67,7 @@ def parse(path):
             a["n"] = len(ms)
             a["iops_min"] = min(m["iops"] for m in ms)
             a["iops_max"] = max(m["iops"] for m in ms)
+            a["rounds"] = begins.get(v, len(ms))
             agg.setdefault(v, {})[j] = a
     return order, agg, boots, status
 
@@ -118,6 +121,10 @@ def main():
                       f"  {m['n']} ({m['iops_min']:.0f}-{m['iops_max']:.0f})")
             else:
                 print(f"{v:<13} {j:<22} {'(no result)':>10}")
+    short = [(v, j, m) for v in order for j, m in runs.get(v, {}).items() if m["n"] < m["rounds"]]
+    for v, j, m in short:
+        print(f"warning: {v} {j}: {m['rounds'] - m['n']} of {m['rounds']} rounds gave no result"
+              " (the guest ended or fio failed before this job: see the log); the figure is of the rest")
     print()
     for v in order:
         b = boots.get(v)
