@@ -9,6 +9,67 @@
 . ./files/bench.env
 
 now() { read -r t _ </proc/uptime; echo "$t"; }
+
+# L1's counters around each VMM run, to tell where L1's CPU goes per request:
+# /proc/stat (jiffies by kind, context switches), the backing disk's
+# /sys/block/<dev>/stat, and KVM's own counters (debugfs: exits, halts,
+# injections). l1snap prints "key value" lines; l1stat prints the deltas as
+#   BENCH-L1STAT name=<vmm> round=<r> key=delta ...   (round 0: the boot-only run)
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+l1dev=${VBLK_DISK_DEV:-$VBLK_DISK}; l1dev=${l1dev#/dev/}
+# KVM's debugfs totals cover live VMs only (a VM's counts go when it is
+# destroyed), so a sampler copies them once a second while the VMM runs and
+# l1stat uses the last copy: the last second of a run is not counted.
+l1kvm() {
+    local p
+    (cd /sys/kernel/debug/kvm 2>/dev/null && awk '{ print "kvm_" FILENAME, $1 }' exits halt_exits \
+        halt_successful_poll halt_attempted_poll halt_wakeup irq_injections io_exits mmio_exits \
+        irq_exits irq_window_exits request_irq_exits insn_emulation 2>/dev/null)
+    # the VMM's and daemon's threads: CPU jiffies (user+system; guest time, which
+    # is part of user, also apart), summed by thread name
+    for p in /proc/[0-9]*; do
+        case $(readlink "$p/exe" 2>/dev/null) in
+            */qemu-system-*|*/vblk|*/vblk-storage-daemon|*/qemu-storage-daemon) ;;
+            *) continue;;
+        esac
+        cat "$p"/task/*/stat 2>/dev/null
+    done | awk '{ i = index($0, "("); j = 0
+                  for (k = length($0); k > 0; k--) if (substr($0, k, 1) == ")") { j = k; break }
+                  c = substr($0, i + 1, j - i - 1); gsub(/[^A-Za-z0-9]/, "_", c)
+                  n = split(substr($0, j + 2), f, " ")
+                  t["thr_" c] += f[12] + f[13]; g["gst_" c] += f[41] }
+                END { for (k in t) print k, t[k]; for (k in g) if (g[k] > 0) print k, g[k] }'
+}
+l1snap() {
+    awk '$1 == "cpu" { print "cpu_user", $2 + $3; print "cpu_sys", $4; print "cpu_idle", $5;
+                       print "cpu_iowait", $6; print "cpu_irq", $7 + $8 }
+         $1 == "ctxt" { print "ctxt", $2 }' /proc/stat
+    [ -r "/sys/block/$l1dev/stat" ] && awk '{ print "disk_rd", $1; print "disk_wr", $5; print "disk_wr_merges", $6;
+        print "disk_wr_ticks", $8; print "disk_io_ticks", $10; print "disk_queue_ms", $11 }' "/sys/block/$l1dev/stat"
+}
+l1start() { # snapshot to /tmp/l1snap.before, start the KVM sampler
+    l1snap > /tmp/l1snap.before
+    l1kvm | grep '^kvm_' | sed 's/ .*/ 0/' >> /tmp/l1snap.before
+    rm -f /tmp/l1kvm.last
+    l1sampler=
+    [ -d /sys/kernel/debug/kvm ] || return 0
+    # a sample counts only if the VM still ran when it ended (the totals drop
+    # to 0 when it goes, and a sample can straddle that)
+    ( while :; do
+          l1kvm > /tmp/l1kvm.new
+          read -r e < /sys/kernel/debug/kvm/exits && [ "$e" != 0 ] && mv /tmp/l1kvm.new /tmp/l1kvm.last
+          sleep 1
+      done ) >/dev/null 2>&1 &
+    l1sampler=$!
+}
+l1stat() { # l1stat NAME ROUND: the deltas since l1start
+    if [ -n "$l1sampler" ]; then kill "$l1sampler" 2>/dev/null; wait "$l1sampler" 2>/dev/null; fi
+    l1snap > /tmp/l1snap.after
+    cat /tmp/l1kvm.last >> /tmp/l1snap.after 2>/dev/null
+    awk -v n="$1" -v r="$2" 'NR == FNR { b[$1] = $2; next }
+        { line = line " " $1 "=" ($2 - b[$1]) }
+        END { print "BENCH-L1STAT name=" n " round=" r line }' /tmp/l1snap.before /tmp/l1snap.after
+}
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
 # vmm_cmd NAME APPEND: print nothing, run the VMM NAME with kernel cmdline APPEND.
@@ -18,7 +79,7 @@ vmm_run() {
     drive="if=none,id=drive0,file=$VBLK_DISK,format=raw,cache=none,aio=$BENCH_AIO"
     case $name in
         qemu)
-            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" \
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" -name bench,debug-threads=on \
                 -nodefaults -nographic -serial stdio -monitor none -no-reboot \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
                 -object iothread,id=io0 -drive "$drive" \
@@ -52,7 +113,7 @@ vmm_run() {
                 >>/tmp/bench-vu-daemon.log 2>&1 &
             dpid=$!
             i=0; while ! [ -S "$sock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" \
+            timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" -name bench,debug-threads=on \
                 -nodefaults -nographic -serial stdio -monitor none -no-reboot \
                 -object "memory-backend-memfd,id=mem,size=${BENCH_MEM}M,share=on" -numa node,memdev=mem \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
@@ -69,11 +130,13 @@ echo "BENCH-START vmms=\"$BENCH_VMMS\" jobs=$BENCH_JOBS runtime=$BENCH_RUNTIME r
 # Boot-only run of each VMM (L2 boots, prints its facts, powers off).
 for v in $BENCH_VMMS; do
     t=$(now)
+    l1start
     vmm_run "$v" "$VBLK_L2_APPEND" >/tmp/boot-$v.log 2>&1
     rc=$?
     grep -q 'VBLK-EXIT 0' /tmp/boot-$v.log || { [ $rc -eq 0 ] && rc=99; tail -20 /tmp/boot-$v.log; }
     grep -E '^VBLK-(INFO|IRQ)' /tmp/boot-$v.log | sed "s/^/BENCH-FACT name=$v /"
     echo "BENCH-BOOT name=$v rc=$rc secs=$(since "$t")"
+    l1stat "$v" 0
 done
 # Job runs: rounds interleave the VMMs, every other round in reverse order,
 # so a noisy neighbour on the shared host hits all of them alike.
@@ -86,10 +149,12 @@ while [ $r -le "$BENCH_ROUNDS" ]; do
     for v in $order; do
         echo "BENCH-VMM-BEGIN name=$v round=$r"
         t=$(now)
+        l1start
         vmm_run "$v" "$VBLK_L2_APPEND vblk.job=$BENCH_JOBS vblk.runtime=$BENCH_RUNTIME vblk.ramp=$BENCH_RAMP"
         rc=$?
         echo
         echo "BENCH-VMM-END name=$v round=$r rc=$rc secs=$(since "$t")"
+        l1stat "$v" "$r"
     done
     r=$((r + 1))
 done

@@ -18,6 +18,9 @@ def parse(path):
     boots = {}     # vmm -> secs
     status = {}    # vmm -> (rc, secs)
     order = []
+    l1 = {}        # vmm -> {round: {key: delta}} (BENCH-L1STAT; round 0 = boot only)
+    gave = set()   # (vmm, round) whose job runs gave at least one fio result
+    rnd = 0
     begins = {}    # vmm -> job runs started (rounds)
     vmm = None
     job = None
@@ -32,6 +35,7 @@ def parse(path):
                     try:
                         runs.setdefault(vmm, {}).setdefault(job, []).append(
                             metrics(json.loads("\n".join(buf))))
+                        gave.add((vmm, rnd))
                     except ValueError as e:
                         print(f"warning: bad JSON for {vmm}/{job}: {e}", file=sys.stderr)
                     buf = None
@@ -42,9 +46,15 @@ def parse(path):
             if m:
                 boots[m.group(1)] = (int(m.group(2)), float(m.group(3)))
                 continue
-            m = re.search(r"BENCH-VMM-BEGIN name=(\S+)", line)
+            m = re.search(r"BENCH-L1STAT name=(\S+) round=(\d+)((?: \w+=-?\d+)*)", line)
+            if m:
+                l1.setdefault(m.group(1), {})[int(m.group(2))] = {
+                    k: int(v) for k, v in (kv.split("=") for kv in m.group(3).split())}
+                continue
+            m = re.search(r"BENCH-VMM-BEGIN name=(\S+)(?: round=(\d+))?", line)
             if m:
                 vmm = m.group(1)
+                rnd = int(m.group(2) or 0)
                 begins[vmm] = begins.get(vmm, 0) + 1
                 if vmm not in order:
                     order.append(vmm)
@@ -69,7 +79,73 @@ def parse(path):
             a["iops_max"] = max(m["iops"] for m in ms)
             a["rounds"] = begins.get(v, len(ms))
             agg.setdefault(v, {})[j] = a
-    return order, agg, boots, status
+    l1 = {v: {r: d for r, d in rs.items() if r == 0 or (v, r) in gave} for v, rs in l1.items()}
+    return order, agg, boots, status, l1
+
+
+def l1_table(order, l1):
+    """L1's cost per backing-disk request, from the job runs' counters minus
+    the boot-only run's (so the boot's own work drops out); medians over
+    rounds that gave a fio result. cpu = user+sys+irq jiffies (USER_HZ 100,
+    guest time included in user) over disk requests."""
+    rows = []
+    for v in order:
+        rs = l1.get(v, {})
+        boot = rs.get(0)
+        per = []
+        for r, d in sorted(rs.items()):
+            if r == 0 or boot is None:
+                continue
+            x = {k: d.get(k, 0) - boot.get(k, 0) for k in d}
+            ios = x.get("disk_rd", 0) + x.get("disk_wr", 0)
+            if ios <= 0:
+                continue
+            busy = x.get("cpu_user", 0) + x.get("cpu_sys", 0) + x.get("cpu_irq", 0)
+            per.append({
+                "ios": ios,
+                "cpu_us": busy * 10000.0 / ios,
+                "user_us": x.get("cpu_user", 0) * 10000.0 / ios,
+                "sys_us": x.get("cpu_sys", 0) * 10000.0 / ios,
+                "idle_us": (x.get("cpu_idle", 0) + x.get("cpu_iowait", 0)) * 10000.0 / ios,
+                "exits": x.get("kvm_exits", 0) / ios,
+                "io": x.get("kvm_io_exits", 0) / ios,
+                "extirq": x.get("kvm_irq_exits", 0) / ios,
+                "halts": x.get("kvm_halt_exits", 0) / ios,
+                "inj": x.get("kvm_irq_injections", 0) / ios,
+                "ctxt": x.get("ctxt", 0) / ios,
+                "disk_us": x.get("disk_wr_ticks", 0) * 1000.0 / x["disk_wr"] if x.get("disk_wr") else 0.0,
+            })
+            # the VMM's threads (sampled each second, so counted from 0)
+            for k, val in d.items():
+                if k.startswith(("thr_", "gst_")):
+                    per[-1][k] = (val - boot.get(k, 0)) * 10000.0 / ios
+        if per:
+            keys = sorted({k for p in per for k in p})
+            rows.append((v, len(per), {k: statistics.median(p.get(k, 0.0) for p in per) for k in keys}))
+    if not rows:
+        return
+    print()
+    print("L1's cost per backing-disk request (job runs minus the boot-only run, medians over rounds;")
+    print("cpu/user/sys/idle: L1 CPU time in us per request over both L1 vCPUs, guest time in user;")
+    print("exits (all), pio (port I/O), extint (host interrupts), halts, inject (interrupts injected):")
+    print("L1 KVM's counters per request, sampled each second; ctxsw: L1's context switches per request;")
+    print("disk_us: the backing disk's mean write latency in L1)")
+    print(f"{'vmm':<13} {'n':>2} {'requests':>9} {'cpu':>7} {'user':>7} {'sys':>7} {'idle':>7}"
+          f" {'exits':>6} {'pio':>6} {'extint':>6} {'halts':>6} {'inject':>6} {'ctxsw':>6} {'disk_us':>7}")
+    for v, n, m in rows:
+        print(f"{v:<13} {n:>2} {m['ios']:>9.0f} {m['cpu_us']:>7.0f} {m['user_us']:>7.0f} {m['sys_us']:>7.0f}"
+              f" {m['idle_us']:>7.0f} {m['exits']:>6.2f} {m['io']:>6.2f} {m['extirq']:>6.2f} {m['halts']:>6.2f} {m['inj']:>6.2f}"
+              f" {m['ctxt']:>6.2f} {m['disk_us']:>7.0f}")
+    print()
+    print("The VMM's threads in L1: CPU us per request (job run minus boot-only run, medians;")
+    print("'guest' is the part of a vCPU thread's time spent running the guest)")
+    for v, n, m in rows:
+        thr = sorted((k[4:], val) for k, val in m.items() if k.startswith("thr_") and val >= 1)
+        parts = []
+        for name, val in sorted(thr, key=lambda t: -t[1]):
+            g = m.get("gst_" + name, 0.0)
+            parts.append(f"{name} {val:.0f}" + (f" (guest {g:.0f})" if g >= 1 else ""))
+        print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
 
 
 def metrics(doc):
@@ -104,7 +180,7 @@ def fmt_ratio(a, b):
 
 def main():
     path = sys.argv[1]
-    order, runs, boots, status = parse(path)
+    order, runs, boots, status, l1 = parse(path)
     jobs = []
     for v in order:
         for j in runs.get(v, {}):
@@ -131,6 +207,7 @@ def main():
         st = status.get(v, [])
         print(f"{v:<13} boot-only run {b[1] if b else float('nan'):.1f} s (rc {b[0] if b else '?'}),"
               f" job runs " + ", ".join(f"{x[1]:.1f} s (rc {x[0]})" for x in st))
+    l1_table(order, l1)
     others = [v for v in order if v != BASE]
     if BASE in runs and others:
         print()
