@@ -113,7 +113,7 @@ def l1_table(order, l1):
                 "halts": x.get("kvm_halt_exits", 0) / ios,
                 "inj": x.get("kvm_irq_injections", 0) / ios,
                 "ctxt": x.get("ctxt", 0) / ios,
-                "disk_us": x.get("disk_wr_ticks", 0) * 1000.0 / x["disk_wr"] if x.get("disk_wr") else 0.0,
+                "disk_us": (x.get("disk_rd_ticks", 0) + x.get("disk_wr_ticks", 0)) * 1000.0 / ios,
             })
             # the VMM's threads (sampled each second, so counted from 0)
             for k, val in d.items():
@@ -129,7 +129,7 @@ def l1_table(order, l1):
     print("cpu/user/sys/idle: L1 CPU time in us per request over both L1 vCPUs, guest time in user;")
     print("exits (all), pio (port I/O), extint (host interrupts), halts, inject (interrupts injected):")
     print("L1 KVM's counters per request, sampled each second; ctxsw: L1's context switches per request;")
-    print("disk_us: the backing disk's mean write latency in L1)")
+    print("disk_us: the backing disk's mean latency in L1)")
     print(f"{'vmm':<13} {'n':>2} {'requests':>9} {'cpu':>7} {'user':>7} {'sys':>7} {'idle':>7}"
           f" {'exits':>6} {'pio':>6} {'extint':>6} {'halts':>6} {'inject':>6} {'ctxsw':>6} {'disk_us':>7}")
     for v, n, m in rows:
