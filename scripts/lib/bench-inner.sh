@@ -21,19 +21,17 @@ l1dev=${VBLK_DISK_DEV:-$VBLK_DISK}; l1dev=${l1dev#/dev/}
 # destroyed), so a sampler copies them once a second while the VMM runs and
 # l1stat uses the last copy: the last second of a run is not counted.
 l1kvm() {
-    local p
+    local p x
     (cd /sys/kernel/debug/kvm 2>/dev/null && awk '{ print "kvm_" FILENAME, $1 }' exits halt_exits \
         halt_successful_poll halt_attempted_poll halt_wakeup irq_injections io_exits mmio_exits \
         irq_exits irq_window_exits request_irq_exits insn_emulation 2>/dev/null)
     # the VMM's and daemon's threads: CPU jiffies (user+system; guest time, which
     # is part of user, also apart), summed by thread name
-    for p in /proc/[0-9]*; do
-        case $(readlink "$p/exe" 2>/dev/null) in
-            */qemu-system-*|*/vblk|*/vblk-storage-daemon|*/qemu-storage-daemon) ;;
-            *) continue;;
-        esac
-        cat "$p"/task/*/stat 2>/dev/null
-    done | awk '{ i = index($0, "("); j = 0
+    # (one pidof and one cat a second: a loop over /proc would fork per process)
+    p=$(pidof qemu-system-x86_64 vblk vblk-storage-daemon qemu-storage-daemon 2>/dev/null)
+    [ -n "$p" ] || return 0
+    for x in $p; do set -- "$@" "/proc/$x/task/"*/stat; done
+    cat "$@" 2>/dev/null | awk '{ i = index($0, "("); j = 0
                   for (k = length($0); k > 0; k--) if (substr($0, k, 1) == ")") { j = k; break }
                   c = substr($0, i + 1, j - i - 1); gsub(/[^A-Za-z0-9]/, "_", c)
                   n = split(substr($0, j + 2), f, " ")
