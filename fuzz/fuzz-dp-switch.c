@@ -714,9 +714,23 @@ static void do_remap(Input *in, uint8_t bits)
 static void publish(Input *in, unsigned q, uint16_t head)
 {
     testvq_publish(in->tvq[q], head);
+    if (verbose) {
+        fprintf(stderr, "queue %u avail: head %u\n", q, head);
+    }
     in->made_avail[q]++;
     if (head < in->num) {
         in->outstanding[q][head]++;
+    }
+    /*
+     * More entries out than the ring has slots: a hostile chain's head, which
+     * the free list does not know, was handed out again, and this entry took
+     * the slot of one the device may not have read yet. The device can then
+     * see one head twice and another never, through no fault of its own
+     * (from its side the avail index never moved by more than the ring), so
+     * completions are checked for their range only, as after a poke.
+     */
+    if (in->made_avail[q] - in->consumed[q] > in->num) {
+        in->avail_poked = true;
     }
 }
 
