@@ -42,8 +42,8 @@ l1snap() {
     awk '$1 == "cpu" { print "cpu_user", $2 + $3; print "cpu_sys", $4; print "cpu_idle", $5;
                        print "cpu_iowait", $6; print "cpu_irq", $7 + $8 }
          $1 == "ctxt" { print "ctxt", $2 }' /proc/stat
-    [ -r "/sys/block/$l1dev/stat" ] && awk '{ print "disk_rd", $1; print "disk_rd_ticks", $4; print "disk_wr", $5; print "disk_wr_merges", $6;
-        print "disk_wr_ticks", $8; print "disk_io_ticks", $10; print "disk_queue_ms", $11 }' "/sys/block/$l1dev/stat"
+    [ -r "/sys/block/$l1dev/stat" ] && awk '{ print "disk_rd", $1; print "disk_rd_ticks", $4
+        print "disk_wr", $5; print "disk_wr_ticks", $8 }' "/sys/block/$l1dev/stat"
 }
 l1start() { # snapshot to /tmp/l1snap.before, start the KVM sampler
     l1snap > /tmp/l1snap.before

@@ -100,25 +100,27 @@ def l1_table(order, l1):
             ios = x.get("disk_rd", 0) + x.get("disk_wr", 0)
             if ios <= 0:
                 continue
-            busy = x.get("cpu_user", 0) + x.get("cpu_sys", 0) + x.get("cpu_irq", 0)
+            def us(*keys):  # jiffies (USER_HZ 100) per request, in us
+                return sum(x.get(k, 0) for k in keys) * 10000.0 / ios
+
+            def per_req(key):
+                return x.get(key, 0) / ios
             per.append({
                 "ios": ios,
-                "cpu_us": busy * 10000.0 / ios,
-                "user_us": x.get("cpu_user", 0) * 10000.0 / ios,
-                "sys_us": x.get("cpu_sys", 0) * 10000.0 / ios,
-                "idle_us": (x.get("cpu_idle", 0) + x.get("cpu_iowait", 0)) * 10000.0 / ios,
-                "exits": x.get("kvm_exits", 0) / ios,
-                "io": x.get("kvm_io_exits", 0) / ios,
-                "extirq": x.get("kvm_irq_exits", 0) / ios,
-                "halts": x.get("kvm_halt_exits", 0) / ios,
-                "inj": x.get("kvm_irq_injections", 0) / ios,
-                "ctxt": x.get("ctxt", 0) / ios,
+                "cpu_us": us("cpu_user", "cpu_sys", "cpu_irq"),
+                "user_us": us("cpu_user"),
+                "sys_us": us("cpu_sys"),
+                "idle_us": us("cpu_idle", "cpu_iowait"),
+                "exits": per_req("kvm_exits"),
+                "io": per_req("kvm_io_exits"),
+                "extirq": per_req("kvm_irq_exits"),
+                "halts": per_req("kvm_halt_exits"),
+                "inj": per_req("kvm_irq_injections"),
+                "ctxt": per_req("ctxt"),
                 "disk_us": (x.get("disk_rd_ticks", 0) + x.get("disk_wr_ticks", 0)) * 1000.0 / ios,
             })
             # the VMM's threads (sampled each second, so counted from 0)
-            for k, val in d.items():
-                if k.startswith(("thr_", "gst_")):
-                    per[-1][k] = (val - boot.get(k, 0)) * 10000.0 / ios
+            per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
         if per:
             keys = sorted({k for p in per for k in p})
             rows.append((v, len(per), {k: statistics.median(p.get(k, 0.0) for p in per) for k in keys}))
