@@ -38,6 +38,26 @@ l1kvm() {
                   t["thr_" c] += f[12] + f[13]; g["gst_" c] += f[41] }
                 END { for (k in t) print k, t[k]; for (k in g) if (g[k] > 0) print k, g[k] }'
 }
+# vblk's own dataplane counters (QMP x-query-virtio-blk-dataplane, on a TCP
+# QMP socket vmm_run gives vblk), summed over the first device's queues:
+# dp_requests, dp_kicks, dp_interrupts, dp_batches, dp_used_publishes,
+# dp_interrupts_suppressed, and the device's dp_bounces, dp_submit_calls.
+BENCH_QMP_PORT=${BENCH_QMP_PORT:-4555}
+l1dp() {
+    pidof vblk >/dev/null 2>&1 || return 0
+    printf '%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"x-query-virtio-blk-dataplane"}' |
+        timeout 3 nc -w 1 127.0.0.1 "$BENCH_QMP_PORT" 2>/dev/null | grep '"queues"' | head -n 1 |
+        awk '{ dev = $0; sub(/"queues".*/, "", dev); q = $0; sub(/.*"queues"/, "", q); sub(/"iothreads".*/, "", q)
+               n = split(dev, a, /[,{]/)
+               for (i = 1; i <= n; i++) if (a[i] ~ /"(bounces|submit-calls)": *[0-9]+/) {
+                   split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
+                   print "dp_" k, kv[2] + 0 }
+               n = split(q, a, /[,{}]/)
+               for (i = 1; i <= n; i++) if (a[i] ~ /"(requests|kicks|interrupts|interrupts-suppressed|batches|used-publishes)": *[0-9]+/) {
+                   split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
+                   t["dp_" k] += kv[2] }
+               for (k in t) print k, t[k] }'
+}
 l1snap() {
     awk '$1 == "cpu" { print "cpu_user", $2 + $3; print "cpu_sys", $4; print "cpu_idle", $5;
                        print "cpu_iowait", $6; print "cpu_irq", $7 + $8 }
@@ -45,16 +65,39 @@ l1snap() {
     [ -r "/sys/block/$l1dev/stat" ] && awk '{ print "disk_rd", $1; print "disk_rd_ticks", $4
         print "disk_wr", $5; print "disk_wr_ticks", $8 }' "/sys/block/$l1dev/stat"
 }
+# With BENCH_TRACE_EXITS=1, L1 KVM's exits by reason, from an in-kernel
+# histogram on the kvm_exit tracepoint (a hist trigger: counts, no trace
+# buffer to overflow), as keys exitr_<isa>_<code> (isa 1 VMX, 2 SVM; the
+# report names the codes). It covers every VM in L1 while the VMM runs.
+exith=/sys/kernel/debug/tracing/events/kvm/kvm_exit
+exithist_start() {
+    [ "${BENCH_TRACE_EXITS:-0}" = 1 ] && [ -w "$exith/trigger" ] || return 0
+    echo '!hist:keys=exit_reason,isa' > "$exith/trigger" 2>/dev/null
+    echo 'hist:keys=exit_reason,isa:size=512' > "$exith/trigger" ||
+        echo "BENCH-WARN the kvm_exit hist trigger was refused (no CONFIG_HIST_TRIGGERS?)"
+}
+exithist_stop() { # prints "exitr_<isa>_<code> count" lines and removes the trigger
+    [ "${BENCH_TRACE_EXITS:-0}" = 1 ] && [ -r "$exith/hist" ] || return 0
+    awk '/hitcount:/ { r = ""; i = ""; c = ""
+             for (k = 1; k < NF; k++) {
+                 if ($k == "exit_reason:") r = $(k + 1)
+                 if ($k == "isa:") i = $(k + 1)
+                 if ($k == "hitcount:") c = $(k + 1) }
+             gsub(/[^0-9]/, "", r); gsub(/[^0-9]/, "", i)
+             if (r != "" && c != "") print "exitr_" i "_" r, c }' "$exith/hist"
+    echo '!hist:keys=exit_reason,isa' > "$exith/trigger" 2>/dev/null
+}
 l1start() { # snapshot to /tmp/l1snap.before, start the KVM sampler
     l1snap > /tmp/l1snap.before
     l1kvm | grep '^kvm_' | sed 's/ .*/ 0/' >> /tmp/l1snap.before
+    exithist_start
     rm -f /tmp/l1kvm.last
     l1sampler=
     [ -d /sys/kernel/debug/kvm ] || return 0
     # a sample counts only if the VM still ran when it ended (the totals drop
     # to 0 when it goes, and a sample can straddle that)
     ( while :; do
-          l1kvm > /tmp/l1kvm.new
+          { l1kvm; l1dp; } > /tmp/l1kvm.new
           read -r e < /sys/kernel/debug/kvm/exits && [ "$e" != 0 ] && mv /tmp/l1kvm.new /tmp/l1kvm.last
           sleep 1
       done ) >/dev/null 2>&1 &
@@ -64,6 +107,7 @@ l1stat() { # l1stat NAME ROUND: the deltas since l1start
     if [ -n "$l1sampler" ]; then kill "$l1sampler" 2>/dev/null; wait "$l1sampler" 2>/dev/null; fi
     l1snap > /tmp/l1snap.after
     cat /tmp/l1kvm.last >> /tmp/l1snap.after 2>/dev/null
+    exithist_stop >> /tmp/l1snap.after
     awk -v n="$1" -v r="$2" 'NR == FNR { b[$1] = $2; next }
         { line = line " " $1 "=" ($2 - b[$1]) }
         END { print "BENCH-L1STAT name=" n " round=" r line }' /tmp/l1snap.before /tmp/l1snap.after
@@ -96,6 +140,7 @@ vmm_run() {
             # VBLK_STATS: vblk prints its userspace exits (PIO, MMIO) when it ends
             # shellcheck disable=SC2086
             VBLK_STATS=1 timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_BIN" -enable-kvm -m "$BENCH_MEM" -smp "$BENCH_SMP" -nographic -no-reboot \
+                -qmp "tcp:127.0.0.1:$BENCH_QMP_PORT,server=on,wait=off" \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" "$@" \
                 -drive "$drive" -device "$dev" $BENCH_VBLK_EXTRA
             ;;

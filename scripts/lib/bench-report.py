@@ -20,6 +20,7 @@ def parse(path):
     order = []
     l1 = {}        # vmm -> {round: {key: delta}} (BENCH-L1STAT; round 0 = boot only)
     gave = set()   # (vmm, round) whose job runs gave at least one fio result
+    facts = {}     # vmm -> {"cpu": ..., "vda": ...} (the boot-only run's VBLK-INFO lines)
     rnd = 0
     begins = {}    # vmm -> job runs started (rounds)
     vmm = None
@@ -45,6 +46,10 @@ def parse(path):
             m = re.search(r"BENCH-BOOT name=(\S+) rc=(\d+) secs=([\d.]+)", line)
             if m:
                 boots[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+                continue
+            m = re.search(r"BENCH-FACT name=(\S+) VBLK-INFO (cpu|vda) (.*)", line)
+            if m:
+                facts.setdefault(m.group(1), {})[m.group(2)] = m.group(3).strip()
                 continue
             m = re.search(r"BENCH-L1STAT name=(\S+) round=(\d+)((?: \w+=-?\d+)*)", line)
             if m:
@@ -80,7 +85,45 @@ def parse(path):
             a["rounds"] = begins.get(v, len(ms))
             agg.setdefault(v, {})[j] = a
     l1 = {v: {r: d for r, d in rs.items() if r == 0 or (v, r) in gave} for v, rs in l1.items()}
-    return order, agg, boots, status, l1
+    return order, agg, boots, status, l1, facts
+
+
+def guest_view(order, facts):
+    """What each guest saw of its machine: CPU flags and PV features, the
+    disk's queue limits. A difference is a reason for a gap that is not the
+    device path's."""
+    seen = [(v, facts[v]) for v in order if v in facts]
+    if not seen:
+        return
+    print()
+    print("what each guest saw (its boot-only run: CPU flags count:hash, PV features; the disk)")
+    for v, f in seen:
+        print(f"  {v:<13} cpu {f.get('cpu', '(not printed)')}")
+        print(f"  {'':<13} vda {f.get('vda', '(not printed)')}")
+    for key in ("cpu", "vda"):
+        vals = {f.get(key) for _, f in seen if f.get(key)}
+        if len(vals) > 1:
+            print(f"note: the guests did not see the same {'CPU' if key == 'cpu' else 'disk'}"
+                  " (above): compare them before reading the ratios as the device path's")
+
+
+# KVM exit codes by isa (1 VMX, 2 SVM), for the --trace-exits table
+EXIT_NAMES = {
+    1: {0: "nmi", 1: "extint", 2: "triple", 7: "irq_window", 10: "cpuid", 12: "hlt",
+        28: "cr", 30: "io", 31: "rdmsr", 32: "wrmsr", 44: "apic_access", 45: "eoi",
+        48: "ept_viol", 49: "ept_misc", 52: "preempt_tmr", 56: "apic_write"},
+    2: {0x60: "intr", 0x61: "nmi", 0x64: "vintr", 0x65: "cr0_sel_wr", 0x72: "cpuid", 0x73: "rsm",
+        0x74: "iret", 0x77: "pause", 0x78: "hlt", 0x7b: "io", 0x7c: "msr", 0x7f: "shutdown",
+        0x81: "vmmcall", 0x89: "wbinvd", 0x400: "npf", 0x401: "avic_ipi", 0x402: "avic_noaccel",
+        **{c: f"rd_cr{c}" for c in range(0x10)}, **{0x10 + c: f"wr_cr{c}" for c in range(0x10)},
+        **{0x20 + c: f"rd_dr{c}" for c in range(0x10)}, **{0x30 + c: f"wr_dr{c}" for c in range(0x10)},
+        **{0x40 + c: f"exc{c}" for c in range(0x20)}},
+}
+
+
+def exit_name(key):
+    _, isa, code = key.split("_")
+    return EXIT_NAMES.get(int(isa), {}).get(int(code), f"{int(code):#x}")
 
 
 def l1_table(order, l1):
@@ -121,6 +164,15 @@ def l1_table(order, l1):
             })
             # the VMM's threads (sampled each second, so counted from 0)
             per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
+            # exits by reason (--trace-exits), per request
+            per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
+            # vblk's dataplane counters (QMP), per request the device saw
+            dreq = x.get("dp_requests", 0)
+            if dreq > 0:
+                per[-1]["dp_requests"] = dreq
+                per[-1].update({k + "_per_req": x.get(k, 0) / dreq for k in (
+                    "dp_kicks", "dp_interrupts", "dp_interrupts_suppressed", "dp_batches",
+                    "dp_used_publishes", "dp_submit_calls", "dp_bounces")})
         if per:
             keys = sorted({k for p in per for k in p})
             rows.append((v, len(per), {k: statistics.median(p.get(k, 0.0) for p in per) for k in keys}))
@@ -148,6 +200,31 @@ def l1_table(order, l1):
             g = m.get("gst_" + name, 0.0)
             parts.append(f"{name} {val:.0f}" + (f" (guest {g:.0f})" if g >= 1 else ""))
         print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
+    dprows = [(v, m) for v, _, m in rows if m.get("dp_requests", 0) > 0]
+    if dprows:
+        print()
+        print("vblk's dataplane counters (QMP x-query-virtio-blk-dataplane, sampled each second; job run")
+        print("minus boot-only run, medians), per request the device saw: kicks (guest notifications")
+        print("taken), irqs (interrupts sent), suppressed (interrupts EVENT_IDX spared), publishes of the")
+        print("used ring, io_submit/io_uring_enter calls, bounced requests; req/pass: requests per ring pass")
+        print(f"{'vmm':<13} {'requests':>9} {'req/pass':>8} {'kicks':>6} {'irqs':>6} {'suppr':>6}"
+              f" {'publish':>7} {'submits':>7} {'bounces':>7}")
+        for v, m in dprows:
+            b = m["dp_batches_per_req"]
+            print(f"{v:<13} {m['dp_requests']:>9.0f} {(1 / b if b else 0):>8.2f} {m['dp_kicks_per_req']:>6.3f}"
+                  f" {m['dp_interrupts_per_req']:>6.3f} {m['dp_interrupts_suppressed_per_req']:>6.3f}"
+                  f" {m['dp_used_publishes_per_req']:>7.3f} {m['dp_submit_calls_per_req']:>7.3f}"
+                  f" {m['dp_bounces_per_req']:>7.3f}")
+    codes = sorted({k for _, _, m in rows for k in m if k.startswith("exitr_")},
+                   key=lambda k: -max(m.get(k, 0.0) for _, _, m in rows))
+    if codes:
+        print()
+        print("L1 KVM's exits by reason per request (--trace-exits; every VM in L1 while the VMM ran,")
+        print("job run minus boot-only run, medians; reasons under 0.01 a request left out)")
+        codes = [k for k in codes if max(m.get(k, 0.0) for _, _, m in rows) >= 0.01]
+        print(f"{'vmm':<13} " + " ".join(f"{exit_name(k):>11}" for k in codes))
+        for v, n, m in rows:
+            print(f"{v:<13} " + " ".join(f"{m.get(k, 0.0):>11.3f}" for k in codes))
 
 
 def metrics(doc):
@@ -182,7 +259,7 @@ def fmt_ratio(a, b):
 
 def main():
     path = sys.argv[1]
-    order, runs, boots, status, l1 = parse(path)
+    order, runs, boots, status, l1, facts = parse(path)
     jobs = []
     for v in order:
         for j in runs.get(v, {}):
@@ -209,6 +286,7 @@ def main():
         st = status.get(v, [])
         print(f"{v:<13} boot-only run {b[1] if b else float('nan'):.1f} s (rc {b[0] if b else '?'}),"
               f" job runs " + ", ".join(f"{x[1]:.1f} s (rc {x[0]})" for x in st))
+    guest_view(order, facts)
     l1_table(order, l1)
     others = [v for v in order if v != BASE]
     if BASE in runs and others:

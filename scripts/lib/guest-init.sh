@@ -16,7 +16,10 @@
 #   VBLK-BOOT uptime=<s> kernel=<release>
 #   VBLK-INFO cpus=<n> mem_kb=<n> clocksource=<cs>
 #   VBLK-INFO <vdX> size=<bytes> lbs=<n> pbs=<n> serial=<s> ro=<0|1> wc=<write-back|write-through>
-#             discard_max=<bytes> write_zeroes_max=<bytes> queues=<n>
+#             discard_max=<bytes> write_zeroes_max=<bytes> queues=<n> max_segments=<n>
+#             max_segment_size=<bytes> max_sectors_kb=<n> nr_requests=<n>
+#   VBLK-INFO cpu flags=<n>:<md5 prefix of the flag list> pv=<the kvm-guest features the kernel
+#             set up, from its log> (so that two VMMs' guests can be told to see the same machine)
 #   VBLK-IRQ <the /proc/interrupts line of each PCI-MSI vector, spaces squeezed>
 #   VBLK-IRQ-AFTER name=<job> <the same lines after each fio job>
 #   VBLK-FIO-JOB name=<job>  ===VBLK-FIO-JSON-BEGIN===  <json>  ===VBLK-FIO-JSON-END===
@@ -66,8 +69,14 @@ for d in /sys/block/vd*; do
     echo "VBLK-INFO $n size=$(($(cat $d/size) * 512)) lbs=$(cat $d/queue/logical_block_size)" \
          "pbs=$(cat $d/queue/physical_block_size) serial=${serial:--} ro=$(cat $d/ro) wc=${wc:--}" \
          "discard_max=$(cat $d/queue/discard_max_bytes) write_zeroes_max=$(cat $d/queue/write_zeroes_max_bytes)" \
-         "queues=$(ls -d $d/mq/* 2>/dev/null | wc -l)"
+         "queues=$(ls -d $d/mq/* 2>/dev/null | wc -l) max_segments=$(cat $d/queue/max_segments)" \
+         "max_segment_size=$(cat $d/queue/max_segment_size) max_sectors_kb=$(cat $d/queue/max_sectors_kb)" \
+         "nr_requests=$(cat $d/queue/nr_requests)"
 done
+fl=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2)
+pv=$(dmesg 2>/dev/null | grep -oE 'kvm-guest: [A-Za-z][A-Za-z ]*|kvm-clock: Using msrs|x2apic enabled|TSC deadline timer available' |
+     sed 's/^kvm-guest: //' | tr ' ' '-' | sort -u | tr '\n' ',' | sed 's/,$//')
+echo "VBLK-INFO cpu flags=$(echo $fl | wc -w):$(echo $fl | md5sum | cut -c1-8) pv=${pv:--}"
 # irq_lines PREFIX: each PCI-MSI line of /proc/interrupts, spaces squeezed
 irq_lines() { grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed "s/^ */$1 /"; }
 irq_lines VBLK-IRQ
