@@ -43,6 +43,7 @@ l1kvm() {
 # dp_requests, dp_kicks, dp_interrupts, dp_batches, dp_used_publishes,
 # dp_interrupts_suppressed, and the device's dp_bounces, dp_submit_calls.
 BENCH_QMP_PORT=${BENCH_QMP_PORT:-4555}
+ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null # L1 starts with lo down
 l1dp() {
     pidof vblk >/dev/null 2>&1 || return 0
     printf '%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"x-query-virtio-blk-dataplane"}' |
