@@ -54,6 +54,14 @@ typedef struct VirtIOPCIConf {
     uint32_t config_size;
     int slot; /* -1: first free */
     const char *name;
+    /*
+     * QEMU's modern-pio-notify: an I/O BAR with a second notify capability,
+     * placed first in the capability list, so that a driver taking the first
+     * one (Linux) kicks with a port write. On AMD SVM, and under nested
+     * virtualization, a port write exits with its port and value decoded by
+     * the CPU, where an MMIO kick costs KVM an instruction fetch and emulation.
+     */
+    bool pio_notify;
 } VirtIOPCIConf;
 
 /* Context: main thread (machine setup) */

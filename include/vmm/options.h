@@ -61,6 +61,7 @@ typedef struct DeviceOptions {
     bool config_wce;              /* default on */
     int write_cache;              /* write-cache: 1 on, 0 off, -1 auto (the drive's cache mode) */
     bool data_plane;              /* x-data-plane, default off */
+    bool pio_notify;              /* modern-pio-notify, default off (QEMU's) */
     unsigned num_queues;          /* 0 = automatic (number of vCPUs) */
     unsigned queue_size;          /* default 256 */
     char *serial;                 /* may be NULL */

@@ -68,7 +68,8 @@ typedef struct PciDeviceOps {
 typedef struct PciBar {
     uint64_t size; /* 0 = unused; power of two, >= 16 */
     bool is_64bit; /* occupies this and the next BAR register */
-    bool mapped;   /* currently in the MMIO bus */
+    bool is_io;    /* an I/O-space BAR (port I/O bus, COMMAND.IO) */
+    bool mapped;   /* currently in the MMIO (or port I/O) bus */
     uint64_t gpa;  /* where it is mapped (valid when mapped) */
     struct PciBarRef {
         PciDevice *dev;
@@ -114,12 +115,14 @@ void pci_device_init(PciDevice *dev, const PciDeviceOps *ops, const PciDeviceInf
                      const char *name);
 /* Context: main thread, before registration. Memory BAR; @size a power of two >= 16. */
 bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64bit, GError **errp);
+/* Context: main thread, before registration. I/O BAR; @size a power of two in 4..256. */
+bool pci_device_add_io_bar(PciDevice *dev, unsigned bar, uint32_t size, GError **errp);
 /*
  * Context: main thread, before registration. Appends a capability of @len bytes
  * (header included) to the chain; returns its config offset, or 0 (errp set).
  */
 uint8_t pci_device_add_cap(PciDevice *dev, uint8_t cap_id, uint8_t len, GError **errp);
-/* Context: main thread. Places @dev in @slot, assigns BARs, enables memory decode. */
+/* Context: main thread. Places @dev in @slot, assigns BARs, enables memory (and I/O) decode. */
 bool pci_bus_register(PciBus *bus, PciDevice *dev, unsigned slot, GError **errp);
 /* Context: main thread. Unmaps BARs and frees the slot. */
 void pci_bus_unregister(PciBus *bus, PciDevice *dev);

@@ -22,6 +22,8 @@
 #define VMM_MMIO_HOLE_END   0x100000000ULL
 #define VMM_PCI_MMIO_START  0xE0000000ULL /* where BARs are pre-assigned */
 #define VMM_PCI_MMIO_END    0xFEC00000ULL /* IOAPIC above */
+#define VMM_PCI_PIO_START   0xC000u       /* where I/O BARs are pre-assigned (as SeaBIOS) */
+#define VMM_PCI_PIO_END     0x10000u
 #define VMM_IOAPIC_ADDR     0xFEC00000ULL
 #define VMM_LAPIC_ADDR      0xFEE00000ULL
 #define VMM_IDENTITY_MAP    0xFFFBC000ULL /* one page */

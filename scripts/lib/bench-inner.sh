@@ -120,20 +120,23 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 vmm_run() {
     name=$1; app=$2
     drive="if=none,id=drive0,file=$VBLK_DISK,format=raw,cache=none,aio=$BENCH_AIO"
+    # NAME-pio: the same VMM with modern-pio-notify=on (the guest kicks by port write)
+    pio=""
+    case $name in *-pio) pio=,modern-pio-notify=on; name=${name%-pio};; esac
     case $name in
         qemu)
             timeout -s KILL "$BENCH_TIMEOUT" "$VBLK_QEMU" -enable-kvm -cpu host -m "$BENCH_MEM" -smp "$BENCH_SMP" -name bench,debug-threads=on \
                 -nodefaults -nographic -serial stdio -monitor none -no-reboot \
                 -kernel "$VBLK_L2_KERNEL" -initrd "$VBLK_L2_INITRD" -append "$app" \
                 -object iothread,id=io0 -drive "$drive" \
-                -device virtio-blk-pci,drive=drive0,iothread=io0
+                -device virtio-blk-pci,drive=drive0,iothread=io0$pio
             ;;
         vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll)
             dp=on; [ "$name" = vblk-dp-off ] && dp=off
             # vblk-dp-on-nopoll: the dataplane's iothread with polling off
             # (poll-max-ns=0), to tell its polling's share of the CPU in L1
             set --
-            dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp
+            dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp$pio
             if [ "$name" = vblk-dp-on-nopoll ]; then
                 set -- -object iothread,id=io0,poll-max-ns=0
                 dev=$dev,iothread=io0

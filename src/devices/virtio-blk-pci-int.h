@@ -17,6 +17,7 @@ struct VirtIOBlkPCI {
     bool blockdev;     /* on a -blockdev node: no BlockBackend name, as QEMU's "device": "" */
     char *iothread_id; /* iothread= (QOM link /objects/<id>), or NULL */
     int slot;          /* addr= slot, -1 automatic */
+    bool pio_notify;   /* modern-pio-notify: kicks through an I/O BAR too */
     int write_cache;   /* write-cache: 1 on, 0 off, -1 auto */
     int bootindex;     /* stored only: vblk has no firmware boot order */
     VirtIOPCI *vp;

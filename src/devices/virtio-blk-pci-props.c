@@ -209,6 +209,8 @@ static JsonNode *real_value(VirtIOBlkPCI *s, const char *name)
         return str_node(a);
     } else if (!strcmp(name, "bootindex")) {
         return int_node(s->bootindex);
+    } else if (!strcmp(name, "modern-pio-notify")) {
+        return bool_node(s->pio_notify);
     } else if (!strcmp(name, "cyls") && s->backend) {
         /*
          * QEMU's guess for a disk without a partition table: 16 heads, 63

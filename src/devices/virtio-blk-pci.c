@@ -637,6 +637,7 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
     s->blockdev = d->blockdev;
     s->iothread_id = g_strdup(dev->iothread);
     s->slot = dev->slot;
+    s->pio_notify = dev->pio_notify;
     s->write_cache = dev->write_cache;
     s->bootindex = -1;
     s->backend = blk_pci_open_backend(s, d, machine_event_loop(m), errp);
@@ -700,7 +701,8 @@ static bool blk_pci_create(Machine *m, const DeviceOptions *dev, const DriveOpti
                          .queue_size = s->conf.queue_size,
                          .config_size = sizeof(struct virtio_blk_config),
                          .slot = dev->slot,
-                         .name = name};
+                         .name = name,
+                         .pio_notify = s->pio_notify};
     vm_lock(vm);
     s->vp = virtio_pci_new(vm, machine_pci_bus(m), &pc, &blk_pci_ops, s, errp);
     vm_unlock(vm);

@@ -23,6 +23,8 @@
 #define VP_DEVICE_OFF   0x2000
 #define VP_NOTIFY_OFF   0x3000
 #define VP_NOTIFY_MULT  4
+#define VP_BAR_PIO      2 /* modern-pio-notify's I/O BAR (QEMU's index too) */
+#define VP_PIO_MULT     2 /* a 16-bit port per queue */
 #define VP_MSIX_BAR_SZ  0x1000
 #define VP_MSIX_PBA_OFF 0x800
 
@@ -33,7 +35,8 @@ typedef struct VPQueue {
     uint64_t desc, avail, used;
     EventNotifier host;  /* kick */
     EventNotifier guest; /* call */
-    bool ioeventfd;      /* host notifier registered with KVM */
+    bool ioeventfd;      /* host notifier registered with KVM (MMIO notify) */
+    bool ioeventfd_pio;  /* ... and on the I/O BAR's port (pio_notify) */
     int guest_fd;        /* fd attached to the vector (may be another queue's) */
     bool intx_irqfd;     /* guest notifier bound to the INTx GSI */
 } VPQueue;
@@ -54,6 +57,7 @@ struct VirtIOPCI {
     EventNotifier config; /* config-change interrupt, bound to the config vector */
     bool want_ioeventfd;
     uint64_t bar_gpa; /* modern BAR address while mapped, else 0 */
+    uint64_t pio_base; /* I/O BAR's first port while decoded, else 0 */
     VPQueue q[];
 };
 
@@ -174,6 +178,27 @@ static uint64_t notify_gpa(VirtIOPCI *vp, unsigned i)
     return vp->bar_gpa + VP_NOTIFY_OFF + (uint64_t)i * VP_NOTIFY_MULT;
 }
 
+static uint64_t notify_port(VirtIOPCI *vp, unsigned i)
+{
+    return vp->pio_base + (uint64_t)i * VP_PIO_MULT;
+}
+
+/* One doorbell's ioeventfd: registered when @on and the BAR is decoded (@addr valid). */
+static bool vp_ioeventfd_sync(VirtIOPCI *vp, bool *registered, bool on, bool decoded, uint64_t addr,
+                              bool pio, int fd, GError **errp)
+{
+    if (on && !*registered && decoded) {
+        *registered = vm_ioeventfd_add(vp->vm, addr, 0, pio, fd, errp);
+        return *registered;
+    }
+    if (!on && *registered) {
+        vm_ioeventfd_del(vp->vm, addr, 0, pio, fd, NULL);
+        *registered = false;
+    }
+    return true;
+}
+
+/* Both doorbells of each queue (MMIO, and the port with pio_notify) on its kick eventfd. */
 static bool vp_ioeventfds(VirtIOPCI *vp, bool on, GError **errp)
 {
     bool ok = true;
@@ -181,14 +206,10 @@ static bool vp_ioeventfds(VirtIOPCI *vp, bool on, GError **errp)
     for (unsigned i = 0; i < vp->conf.num_queues; i++) {
         VPQueue *q = &vp->q[i];
 
-        if (on && !q->ioeventfd && vp->bar_gpa) {
-            q->ioeventfd =
-                vm_ioeventfd_add(vp->vm, notify_gpa(vp, i), 0, false, q->host.fd, ok ? errp : NULL);
-            ok &= q->ioeventfd;
-        } else if (!on && q->ioeventfd) {
-            vm_ioeventfd_del(vp->vm, notify_gpa(vp, i), 0, false, q->host.fd, NULL);
-            q->ioeventfd = false;
-        }
+        ok &= vp_ioeventfd_sync(vp, &q->ioeventfd, on, vp->bar_gpa != 0, notify_gpa(vp, i), false,
+                                q->host.fd, ok ? errp : NULL);
+        ok &= vp_ioeventfd_sync(vp, &q->ioeventfd_pio, on, vp->pio_base != 0, notify_port(vp, i),
+                                true, q->host.fd, ok ? errp : NULL);
     }
     return ok;
 }
@@ -204,12 +225,16 @@ static void vp_bar_mapped(PciDevice *dev, unsigned bar, uint64_t gpa, bool mappe
 {
     VirtIOPCI *vp = to_vp(dev);
 
-    if (bar != VP_BAR_MODERN) {
+    if (bar != VP_BAR_MODERN && bar != VP_BAR_PIO) {
         return;
     }
     /* KVM matches notify writes by address: follow the BAR. */
     vp_ioeventfds(vp, false, NULL);
-    vp->bar_gpa = mapped ? gpa : 0;
+    if (bar == VP_BAR_PIO) {
+        vp->pio_base = mapped ? gpa : 0;
+    } else {
+        vp->bar_gpa = mapped ? gpa : 0;
+    }
     if (vp->want_ioeventfd && mapped) {
         GError *err = NULL;
 
@@ -447,7 +472,7 @@ static uint64_t vp_bar_read(PciDevice *dev, unsigned bar, uint64_t off, unsigned
     uint64_t val = 0;
 
     if (bar != VP_BAR_MODERN) {
-        return 0;
+        return 0; /* the I/O BAR's doorbells read 0, as the MMIO ones */
     }
     if (off < VP_ISR_OFF) {
         return vp_common_read(vp, off, size);
@@ -476,6 +501,15 @@ static void vp_bar_write(PciDevice *dev, unsigned bar, uint64_t off, uint64_t va
 {
     VirtIOPCI *vp = to_vp(dev);
 
+    if (bar == VP_BAR_PIO) {
+        uint64_t qi = off / VP_PIO_MULT;
+
+        /* A port kick that KVM did not catch (no ioeventfd): the same doorbell. */
+        if (qi < vp->conf.num_queues && (vp->status & VIRTIO_CONFIG_S_DRIVER_OK)) {
+            vp->ops->queue_notify(vp->opaque, (unsigned)qi);
+        }
+        return;
+    }
     if (bar != VP_BAR_MODERN) {
         return;
     }
@@ -512,8 +546,8 @@ static const PciDeviceOps vp_pci_ops = {
 
 /* ---- construction ---- */
 
-static bool vp_add_cap(VirtIOPCI *vp, uint8_t type, uint32_t off, uint32_t len, uint8_t caplen,
-                       GError **errp)
+static bool vp_add_cap_bar(VirtIOPCI *vp, uint8_t type, uint8_t bar, uint32_t off, uint32_t len,
+                           uint8_t caplen, uint32_t notify_mult, GError **errp)
 {
     uint8_t c = pci_device_add_cap(&vp->pci, PCI_CAP_ID_VNDR, caplen, errp);
 
@@ -522,13 +556,30 @@ static bool vp_add_cap(VirtIOPCI *vp, uint8_t type, uint32_t off, uint32_t len, 
     }
     pci_set_byte(&vp->pci, c + VIRTIO_PCI_CAP_LEN, caplen);
     pci_set_byte(&vp->pci, c + VIRTIO_PCI_CAP_CFG_TYPE, type);
-    pci_set_byte(&vp->pci, c + VIRTIO_PCI_CAP_BAR, VP_BAR_MODERN);
+    pci_set_byte(&vp->pci, c + VIRTIO_PCI_CAP_BAR, bar);
     pci_set_long(&vp->pci, c + VIRTIO_PCI_CAP_OFFSET, off);
     pci_set_long(&vp->pci, c + VIRTIO_PCI_CAP_LENGTH, len);
     if (type == VIRTIO_PCI_CAP_NOTIFY_CFG) {
-        pci_set_long(&vp->pci, c + sizeof(struct virtio_pci_cap), VP_NOTIFY_MULT);
+        pci_set_long(&vp->pci, c + sizeof(struct virtio_pci_cap), notify_mult);
     }
     return true;
+}
+
+static bool vp_add_cap(VirtIOPCI *vp, uint8_t type, uint32_t off, uint32_t len, uint8_t caplen,
+                       GError **errp)
+{
+    return vp_add_cap_bar(vp, type, VP_BAR_MODERN, off, len, caplen, VP_NOTIFY_MULT, errp);
+}
+
+/* The I/O BAR: one 16-bit doorbell per queue, a power of two of at least 4 ports. */
+static uint32_t vp_pio_bar_size(unsigned num_queues)
+{
+    uint32_t size = 4;
+
+    while (size < num_queues * VP_PIO_MULT) {
+        size <<= 1;
+    }
+    return size;
 }
 
 /* Context: main thread (machine setup) */
@@ -580,6 +631,12 @@ VirtIOPCI *virtio_pci_new(Vm *vm, PciBus *bus, const VirtIOPCIConf *conf,
                     errp) ||
         !vp_add_cap(vp, VIRTIO_PCI_CAP_DEVICE_CFG, VP_DEVICE_OFF, conf->config_size,
                     sizeof(struct virtio_pci_cap), errp) ||
+        /* Before the MMIO notify capability: a driver takes the first it can use. */
+        (conf->pio_notify &&
+         (!pci_device_add_io_bar(&vp->pci, VP_BAR_PIO, vp_pio_bar_size(conf->num_queues), errp) ||
+          !vp_add_cap_bar(vp, VIRTIO_PCI_CAP_NOTIFY_CFG, VP_BAR_PIO, 0,
+                          conf->num_queues * VP_PIO_MULT, sizeof(struct virtio_pci_notify_cap),
+                          VP_PIO_MULT, errp))) ||
         !vp_add_cap(vp, VIRTIO_PCI_CAP_NOTIFY_CFG, VP_NOTIFY_OFF, conf->num_queues * VP_NOTIFY_MULT,
                     sizeof(struct virtio_pci_notify_cap), errp)) {
         goto fail;

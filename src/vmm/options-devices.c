@@ -436,6 +436,8 @@ static bool device_bool_prop(DeviceOptions *d, const OptPair *p, bool *known)
         return true;
     } else if (!strcmp(p->key, "x-data-plane")) {
         return opts_parse_bool(p->value, &d->data_plane);
+    } else if (!strcmp(p->key, "modern-pio-notify")) {
+        return opts_parse_bool(p->value, &d->pio_notify);
     } else if (!strcmp(p->key, "discard")) {
         return opts_parse_bool(p->value, &d->discard);
     } else if (!strcmp(p->key, "write-zeroes")) {

@@ -23,6 +23,7 @@ struct PciBus {
     PciDevice host;
     uint32_t conf1_addr;
     uint64_t mmio_next;
+    uint32_t pio_next;
     bool conf1_registered;
 };
 
@@ -122,6 +123,29 @@ bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64b
 }
 
 /* Context: main thread, before registration */
+bool pci_device_add_io_bar(PciDevice *dev, unsigned bar, uint32_t size, GError **errp)
+{
+    unsigned reg = pci_bar_reg(bar);
+    uint32_t mask = ~(size - 1);
+
+    if (bar >= PCI_NUM_BARS || size < 4 || size > 256 || (size & (size - 1)) ||
+        dev->bars[bar].size || (bar > 0 && dev->bars[bar - 1].is_64bit)) {
+        g_set_error(errp, VMM_ERROR, EINVAL, "%s: invalid I/O BAR %u of 0x%x bytes", dev->name, bar,
+                    size);
+        return false;
+    }
+    dev->bars[bar] = (PciBar){.size = size, .is_io = true};
+    dev->bars[bar].ref.dev = dev;
+    dev->bars[bar].ref.bar = bar;
+    pci_set_long(dev, reg, PCI_BASE_ADDRESS_SPACE_IO);
+    /* Bit 0 (I/O space) and bit 1 (reserved) are read-only; so are the size bits. */
+    for (unsigned i = 0; i < 4; i++) {
+        dev->wmask[reg + i] = (uint8_t)((mask & ~0x3u) >> (8 * i));
+    }
+    return true;
+}
+
+/* Context: main thread, before registration */
 uint8_t pci_device_add_cap(PciDevice *dev, uint8_t cap_id, uint8_t len, GError **errp)
 {
     unsigned off = dev->cap_next;
@@ -150,6 +174,11 @@ static bool pci_memory_enabled(PciDevice *dev)
     return pci_get_word(dev, PCI_COMMAND) & PCI_COMMAND_MEMORY;
 }
 
+static bool pci_io_enabled(PciDevice *dev)
+{
+    return pci_get_word(dev, PCI_COMMAND) & PCI_COMMAND_IO;
+}
+
 /* The address the BAR registers decode now, or 0 for "not decoded". */
 static uint64_t pci_bar_decoded(PciDevice *dev, unsigned bar)
 {
@@ -157,6 +186,11 @@ static uint64_t pci_bar_decoded(PciDevice *dev, unsigned bar)
     unsigned reg = pci_bar_reg(bar);
     uint64_t addr = pci_get_long(dev, reg) & ~0xfULL;
 
+    if (b->is_io) {
+        /* Port space is 64 KiB: a BAR reaching past it is not decoded. */
+        addr = pci_get_long(dev, reg) & ~0x3ULL;
+        return pci_io_enabled(dev) && addr && addr + b->size <= 0x10000 ? addr : 0;
+    }
     if (b->is_64bit) {
         addr |= (uint64_t)pci_get_long(dev, reg + 4) << 32;
     }
@@ -216,14 +250,14 @@ static void pci_bar_unmap(PciDevice *dev, unsigned bar)
     if (!b->mapped) {
         return;
     }
-    iobus_remove(dev->bus->mmio, b->gpa);
+    iobus_remove(b->is_io ? dev->bus->pio : dev->bus->mmio, b->gpa);
     b->mapped = false;
     if (dev->ops && dev->ops->bar_mapped) {
         dev->ops->bar_mapped(dev, bar, b->gpa, false);
     }
 }
 
-/* Re-syncs the MMIO bus with BAR registers and COMMAND.MEM. */
+/* Re-syncs the MMIO and port I/O buses with BAR registers and COMMAND.MEM/IO. */
 static void pci_update_mappings(PciDevice *dev)
 {
     for (unsigned i = 0; i < PCI_NUM_BARS; i++) {
@@ -239,7 +273,8 @@ static void pci_update_mappings(PciDevice *dev)
         }
         pci_bar_unmap(dev, i);
         /* An address that collides with another region is simply not decoded. */
-        if (addr && iobus_add(dev->bus->mmio, addr, b->size, &pci_bar_ops, &b->ref, NULL)) {
+        if (addr && iobus_add(b->is_io ? dev->bus->pio : dev->bus->mmio, addr, b->size,
+                              &pci_bar_ops, &b->ref, NULL)) {
             b->mapped = true;
             b->gpa = addr;
             if (dev->ops && dev->ops->bar_mapped) {
@@ -406,6 +441,7 @@ PciBus *pci_bus_new(IoBus *pio, IoBus *mmio, const PciIrqOps *irq, void *irq_opa
     bus->irq = irq;
     bus->irq_opaque = irq_opaque;
     bus->mmio_next = VMM_PCI_MMIO_START;
+    bus->pio_next = VMM_PCI_PIO_START;
     if (!iobus_add(pio, CONF1_ADDR_PORT, 8, &pci_conf1_ops, bus, errp)) {
         g_free(bus);
         return NULL;
@@ -460,6 +496,16 @@ static bool pci_assign_bars(PciBus *bus, PciDevice *dev, GError **errp)
         if (!b->size) {
             continue;
         }
+        if (b->is_io) {
+            addr = (bus->pio_next + b->size - 1) & ~(b->size - 1);
+            if (addr + b->size > VMM_PCI_PIO_END) {
+                g_set_error(errp, VMM_ERROR, ENOSPC, "%s: PCI I/O window is full", dev->name);
+                return false;
+            }
+            bus->pio_next = (uint32_t)(addr + b->size);
+            pci_set_long(dev, pci_bar_reg(i), (uint32_t)addr | PCI_BASE_ADDRESS_SPACE_IO);
+            continue;
+        }
         addr = (bus->mmio_next + b->size - 1) & ~(b->size - 1);
         if (addr + b->size > VMM_PCI_MMIO_END) {
             g_set_error(errp, VMM_ERROR, ENOSPC, "%s: PCI MMIO window is full", dev->name);
@@ -490,6 +536,11 @@ bool pci_bus_register(PciBus *bus, PciDevice *dev, unsigned slot, GError **errp)
     dev->slot = slot;
     bus->slots[slot] = dev;
     pci_set_word(dev, PCI_COMMAND, pci_get_word(dev, PCI_COMMAND) | PCI_COMMAND_MEMORY);
+    for (unsigned i = 0; i < PCI_NUM_BARS; i++) {
+        if (dev->bars[i].is_io) {
+            pci_set_word(dev, PCI_COMMAND, pci_get_word(dev, PCI_COMMAND) | PCI_COMMAND_IO);
+        }
+    }
     if (dev->config[PCI_INTERRUPT_PIN]) {
         pci_set_byte(dev, PCI_INTERRUPT_LINE, pci_intx_gsi(dev));
     }

@@ -205,7 +205,7 @@ static uint64_t bar4_addr(Fix *f)
            ((uint64_t)cfg_read(f, PCI_BASE_ADDRESS_5, 4) << 32);
 }
 
-static bool tp_init(Tp *t)
+static bool tp_init_pio(Tp *t, bool pio_notify)
 {
     VmConfig cfg = {.ram_size = 4 << 20, .ncpus = 1};
     VirtIOPCIConf conf = {.device_id = 2,
@@ -213,7 +213,8 @@ static bool tp_init(Tp *t)
                           .num_queues = NQ,
                           .queue_size = 16,
                           .config_size = 8,
-                          .name = "vp0"};
+                          .name = "vp0",
+                          .pio_notify = pio_notify};
     GError *err = NULL;
     int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 
@@ -233,11 +234,17 @@ static bool tp_init(Tp *t)
     g_assert_no_error(err);
     t->table = cfg_read(&t->f, PCI_BASE_ADDRESS_1, 4) & ~0xfu;
     t->common = bar4_addr(&t->f);
-    cfg_write(&t->f, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    cfg_write(&t->f, PCI_COMMAND, 2,
+              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER | (pio_notify ? PCI_COMMAND_IO : 0));
     for (unsigned i = 0; i < 64; i++) {
         t->saved[i] = cfg_read(&t->f, i * 4, 4);
     }
     return true;
+}
+
+static bool tp_init(Tp *t)
+{
+    return tp_init_pio(t, false);
 }
 
 static void tp_cleanup(Tp *t)
@@ -590,6 +597,90 @@ static void test_abuse_notify_storm(void)
     tp_cleanup(&t);
 }
 
+/*
+ * The virtio NOTIFY capabilities in chain order: their BAR and multiplier.
+ * Returns how many there are (at most @max).
+ */
+static unsigned notify_caps(Tp *t, unsigned *bar, uint32_t *mult, unsigned max)
+{
+    unsigned n = 0;
+
+    for (unsigned pos = cfg_read(&t->f, PCI_CAPABILITY_LIST, 1); pos && n < max;
+         pos = cfg_read(&t->f, pos + 1, 1)) {
+        if (cfg_read(&t->f, pos, 1) == PCI_CAP_ID_VNDR &&
+            cfg_read(&t->f, pos + offsetof(struct virtio_pci_cap, cfg_type), 1) ==
+                VIRTIO_PCI_CAP_NOTIFY_CFG) {
+            bar[n] = cfg_read(&t->f, pos + offsetof(struct virtio_pci_cap, bar), 1);
+            mult[n] = cfg_read(&t->f, pos + sizeof(struct virtio_pci_cap), 4);
+            n++;
+        }
+    }
+    return n;
+}
+
+/*
+ * modern-pio-notify: an I/O BAR whose notify capability comes first (a
+ * driver takes the first it can map); port kicks reach the queue like MMIO
+ * ones, only after DRIVER_OK and only for queues that exist; KVM takes the
+ * port's ioeventfd. Without the option: one notify capability, no I/O BAR.
+ */
+static void test_pio_notify(void)
+{
+    unsigned bar[4];
+    uint32_t mult[4];
+    uint64_t port, v;
+    GError *err = NULL;
+    Tp t;
+
+    if (!tp_init(&t)) {
+        return;
+    }
+    g_assert_cmpuint(notify_caps(&t, bar, mult, 4), ==, 1);
+    g_assert_cmpuint(bar[0], ==, 4);
+    g_assert_cmphex(cfg_read(&t.f, PCI_BASE_ADDRESS_2, 4), ==, 0);
+    g_assert_false(cfg_read(&t.f, PCI_COMMAND, 2) & PCI_COMMAND_IO);
+    tp_cleanup(&t);
+
+    g_assert_true(tp_init_pio(&t, true));
+    g_assert_cmpuint(notify_caps(&t, bar, mult, 4), ==, 2);
+    g_assert_cmpuint(bar[0], ==, 2); /* the port doorbells first */
+    g_assert_cmpuint(mult[0], ==, 2);
+    g_assert_cmpuint(bar[1], ==, 4);
+    g_assert_cmpuint(mult[1], ==, 4);
+    port = cfg_read(&t.f, PCI_BASE_ADDRESS_2, 4);
+    g_assert_cmphex(port & PCI_BASE_ADDRESS_SPACE, ==, PCI_BASE_ADDRESS_SPACE_IO);
+    port &= ~3u;
+    g_assert_cmphex(port, >=, VMM_PCI_PIO_START);
+    /* Before DRIVER_OK a port kick does nothing; reads are 0. */
+    iobus_write(t.f.pf.pio, port, 2, 0);
+    g_assert_cmpuint(counts.notifies, ==, 0);
+    g_assert_true(iobus_read(t.f.pf.pio, port, 2, &v));
+    g_assert_cmphex(v, ==, 0);
+    driver_ok(&t);
+    for (unsigned i = 0; i < 1000; i++) {
+        iobus_write(t.f.pf.pio, port + (i % NQ) * 2, 2, i % NQ);
+    }
+    g_assert_cmpuint(counts.notifies, ==, 1000);
+    /* Past the queues, in the BAR's padding: nothing (dev_queue_notify asserts q < NQ). */
+    iobus_write(t.f.pf.pio, port + NQ * 2, 2, 0);
+    g_assert_cmpuint(counts.notifies, ==, 1000);
+    /* KVM takes both doorbells' ioeventfds, and follows the I/O BAR when it moves. */
+    vm_lock(t.vm);
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, true, &err));
+    g_assert_no_error(err);
+    cfg_write(&t.f, PCI_BASE_ADDRESS_2, 4, 0xd000);
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, false, &err));
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, true, &err));
+    g_assert_no_error(err);
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, false, &err));
+    vm_unlock(t.vm);
+    iobus_write(t.f.pf.pio, 0xd000 + 2, 2, 1);
+    g_assert_cmpuint(counts.notifies, ==, 1001);
+    g_assert_false(iobus_write(t.f.pf.pio, port, 2, 0));
+    check_alive(&t);
+    tp_cleanup(&t);
+}
+
 /* BAR 4 read and written at every offset and width, DRIVER_OK reached first. */
 static void test_abuse_bar4_windows(void)
 {
@@ -631,5 +722,6 @@ int main(int argc, char **argv)
     g_test_add_func("/virtio-pci/abuse/queue-fields", test_abuse_queue_fields);
     g_test_add_func("/virtio-pci/abuse/notify-storm", test_abuse_notify_storm);
     g_test_add_func("/virtio-pci/abuse/bar4-windows", test_abuse_bar4_windows);
+    g_test_add_func("/virtio-pci/pio-notify", test_pio_notify);
     return g_test_run();
 }

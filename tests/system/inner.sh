@@ -229,6 +229,28 @@ if [ $rc -eq 0 ] && grep -q 'VBLK-EXIT 0' "$dir/two.log"; then
 else
     nok "two disks (x-data-plane=on and off) verified concurrently (rc=$rc)" "$dir/two.log"
 fi
+# The same two paths with modern-pio-notify=on: the guest's virtio-pci driver
+# claims each device's I/O BAR (its first notify capability) and kicks by port
+# write; fio verify passes on both paths.
+sh=$(cat <<'SH' | b64
+grep -i 'virtio-pci-modern' /proc/ioports | awk '{ print "PIO-IOPORTS " $1 }'
+printf '%s\n' '[global]' ioengine=libaio direct=1 verify=crc32c verify_fatal=1 rw=randwrite \
+    bs=4k iodepth=16 size=16M '[on]' filename=/dev/vda '[off]' filename=/dev/vdb > /tmp/pio.fio
+fio /tmp/pio.fio >/tmp/pio.out 2>&1; echo "PIO-FIO rc=$?"
+SH
+)
+run_vblk "$dir/pio.log" "vblk.shb64=$sh" \
+    -drive "$(drive p-on "$dir/two-a.img" aio=native)" \
+    -device virtio-blk-pci,drive=p-on,x-data-plane=on,modern-pio-notify=on \
+    -drive "$(drive p-off "$dir/two-b.img" aio=native)" \
+    -device virtio-blk-pci,drive=p-off,x-data-plane=off,modern-pio-notify=on
+rc=$?
+np=$(grep -c '^PIO-IOPORTS' "$dir/pio.log")
+if [ $rc -eq 0 ] && [ "$np" -eq 2 ] && grep -q 'PIO-FIO rc=0' "$dir/pio.log"; then
+    ok "modern-pio-notify=on: the guest kicks through both devices' I/O BARs ($(grep '^PIO-IOPORTS' "$dir/pio.log" | cut -d' ' -f2 | tr -d '\r' | tr '\n' ' ' | sed 's/ $//')) and fio verify passes on both paths"
+else
+    nok "modern-pio-notify=on: I/O BARs claimed $np (want 2), rc=$rc" "$dir/pio.log"
+fi
 }
 
 # 4. FLUSH reaches the host: the guest writes and syncs, the host file holds it.

@@ -474,6 +474,73 @@ static void test_iobus(void)
     iobus_free(bus);
 }
 
+/* An I/O BAR: pre-assigned in the port window, sized, decoded with COMMAND.IO only, moved. */
+static void test_io_bar(void)
+{
+    const PciDeviceInfo info = {.vendor_id = 0x1af4, .device_id = 0x1042, .revision = 1};
+    PciFix pf;
+    TestDev dev;
+    GError *err = NULL;
+    uint32_t orig;
+    uint64_t v;
+
+    memset(&dev, 0, sizeof(dev));
+    pcifix_init(&pf);
+    pci_device_init(&dev.pci, &td_ops, &info, "io");
+    /* Refused: not a power of two, too small, too large, a taken register. */
+    g_assert_false(pci_device_add_io_bar(&dev.pci, 2, 24, &err));
+    g_clear_error(&err);
+    g_assert_false(pci_device_add_io_bar(&dev.pci, 2, 2, &err));
+    g_clear_error(&err);
+    g_assert_false(pci_device_add_io_bar(&dev.pci, 2, 512, &err));
+    g_clear_error(&err);
+    g_assert_true(pci_device_add_bar(&dev.pci, 0, 0x1000, false, &err));
+    g_assert_true(pci_device_add_io_bar(&dev.pci, 2, 32, &err));
+    g_assert_false(pci_device_add_io_bar(&dev.pci, 2, 32, &err));
+    g_clear_error(&err);
+    g_assert_true(pci_bus_register(pf.bus, &dev.pci, 4, &err));
+    g_assert_no_error(err);
+
+    orig = pcifix_cfg_read(&pf, 4, PCI_BASE_ADDRESS_2, 4);
+    g_assert_cmphex(orig & PCI_BASE_ADDRESS_SPACE, ==, PCI_BASE_ADDRESS_SPACE_IO);
+    g_assert_cmphex(orig & ~3u, >=, VMM_PCI_PIO_START);
+    g_assert_cmphex((orig & ~3u) % 32, ==, 0);
+    g_assert_true(pcifix_cfg_read(&pf, 4, PCI_COMMAND, 2) & PCI_COMMAND_IO);
+    g_assert_cmphex(pci_bar_address(&dev.pci, 2), ==, orig & ~3u);
+    /* Port accesses reach the device at BAR offsets; the MMIO bus has none of it. */
+    g_assert_true(iobus_read(pf.pio, (orig & ~3u) + 6, 2, &v));
+    g_assert_cmphex(v, ==, 0x2000 + 6);
+    g_assert_true(iobus_write(pf.pio, (orig & ~3u) + 4, 2, 1));
+    g_assert_cmphex(dev.last_write_off, ==, 4);
+    g_assert_cmphex(dev.last_write_val, ==, 1);
+    g_assert_false(iobus_read(pf.mmio, orig & ~3u, 2, &v));
+    /* Sizing: ones read back as the size mask with the I/O bit. */
+    pcifix_cfg_write(&pf, 4, PCI_COMMAND, 2, PCI_COMMAND_MEMORY);
+    g_assert_cmphex(pci_bar_address(&dev.pci, 2), ==, 0); /* IO decode off */
+    g_assert_cmphex(pci_bar_address(&dev.pci, 0), !=, 0); /* memory still on */
+    pcifix_cfg_write(&pf, 4, PCI_BASE_ADDRESS_2, 4, 0xffffffff);
+    g_assert_cmphex(pcifix_cfg_read(&pf, 4, PCI_BASE_ADDRESS_2, 4), ==, 0xffffffe1);
+    /* Moved, decode on: the old ports go, the new ones answer. */
+    dev.mapped_calls = 0;
+    pcifix_cfg_write(&pf, 4, PCI_BASE_ADDRESS_2, 4, 0xd000);
+    pcifix_cfg_write(&pf, 4, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_IO);
+    g_assert_cmpint(dev.mapped_calls, ==, 1);
+    g_assert_cmphex(dev.last_gpa, ==, 0xd000);
+    g_assert_false(iobus_read(pf.pio, orig & ~3u, 2, &v));
+    g_assert_true(iobus_read(pf.pio, 0xd002, 2, &v));
+    g_assert_cmphex(v, ==, 0x2002);
+    /* The last 32 ports are the highest place; past port space is not decoded. */
+    pcifix_cfg_write(&pf, 4, PCI_BASE_ADDRESS_2, 4, 0xfff0); /* aligned down by the mask */
+    g_assert_cmphex(pci_bar_address(&dev.pci, 2), ==, 0xffe0);
+    pcifix_cfg_write(&pf, 4, PCI_BASE_ADDRESS_2, 4, 0x10000);
+    g_assert_cmphex(pci_bar_address(&dev.pci, 2), ==, 0);
+    g_assert_false(iobus_read(pf.pio, 0xffe0, 2, &v));
+    /* A bus reset restores the firmware's assignment. */
+    pci_bus_reset(pf.bus);
+    g_assert_cmphex(pci_bar_address(&dev.pci, 2), ==, orig & ~3u);
+    pcifix_cleanup(&pf);
+}
+
 #define ADD(path, fn)                                                                              \
     g_test_add("/vmm/pci/" path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
@@ -481,6 +548,7 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/vmm/iobus/ranges", test_iobus);
+    g_test_add_func("/vmm/pci/io-bar", test_io_bar);
     ADD("conf1", test_conf1);
     ADD("readonly", test_readonly);
     ADD("bar-sizing", test_bar_sizing);
