@@ -139,7 +139,9 @@ def l1_table(order, l1):
         for r, d in sorted(rs.items()):
             if r == 0 or boot is None:
                 continue
-            x = {k: d.get(k, 0) - boot.get(k, 0) for k in d}
+            # levels (memory) as they were; counters minus the boot-only run
+            x = {k: d.get(k, 0) - (0 if k.startswith(("rss_", "thp_")) else boot.get(k, 0))
+                 for k in d}
             ios = x.get("disk_rd", 0) + x.get("disk_wr", 0)
             if ios <= 0:
                 continue
@@ -166,6 +168,7 @@ def l1_table(order, l1):
             per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
             # exits by reason (--trace-exits), per request
             per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
+            per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_"))})
             # vblk's dataplane counters (QMP), per request the device saw
             dreq = x.get("dp_requests", 0)
             if dreq > 0:
@@ -200,6 +203,15 @@ def l1_table(order, l1):
             g = m.get("gst_" + name, 0.0)
             parts.append(f"{name} {val:.0f}" + (f" (guest {g:.0f})" if g >= 1 else ""))
         print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
+    mem = [(v, m) for v, _, m in rows if any(k.startswith("rss_") for k in m)]
+    if mem:
+        print()
+        print("The VMM processes' memory at the end of the job run (MiB resident, of it in transparent")
+        print("huge pages; medians): guest RAM on 4 KiB pages makes every L2 TLB miss a longer nested walk")
+        for v, m in mem:
+            procs = sorted(k[4:] for k in m if k.startswith("rss_"))
+            print(f"  {v:<13} " + ", ".join(
+                f"{c} {m['rss_' + c] / 1024:.0f} ({m.get('thp_' + c, 0) / 1024:.0f} in THP)" for c in procs))
     dprows = [(v, m) for v, _, m in rows if m.get("dp_requests", 0) > 0]
     if dprows:
         print()
