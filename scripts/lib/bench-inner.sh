@@ -100,13 +100,16 @@ l1start() { # snapshot to /tmp/l1snap.before, start the KVM sampler
     l1snap > /tmp/l1snap.before
     l1kvm | grep '^kvm_' | sed 's/ .*/ 0/' >> /tmp/l1snap.before
     exithist_start
-    rm -f /tmp/l1kvm.last
+    rm -f /tmp/l1kvm.last /tmp/l1dp.last
     l1sampler=
     [ -d /sys/kernel/debug/kvm ] || return 0
     # a sample counts only if the VM still ran when it ended (the totals drop
     # to 0 when it goes, and a sample can straddle that)
     ( while :; do
-          { l1kvm; l1dp; } > /tmp/l1kvm.new
+          l1kvm > /tmp/l1kvm.new
+          # the dataplane's counters only grow: keep the last answer QMP gave
+          # (a query can time out while vblk is busy, e.g. as the guest ends)
+          l1dp > /tmp/l1dp.new && [ -s /tmp/l1dp.new ] && mv /tmp/l1dp.new /tmp/l1dp.last
           read -r e < /sys/kernel/debug/kvm/exits && [ "$e" != 0 ] && mv /tmp/l1kvm.new /tmp/l1kvm.last
           sleep 1
       done ) >/dev/null 2>&1 &
@@ -115,7 +118,7 @@ l1start() { # snapshot to /tmp/l1snap.before, start the KVM sampler
 l1stat() { # l1stat NAME ROUND: the deltas since l1start
     if [ -n "$l1sampler" ]; then kill "$l1sampler" 2>/dev/null; wait "$l1sampler" 2>/dev/null; fi
     l1snap > /tmp/l1snap.after
-    cat /tmp/l1kvm.last >> /tmp/l1snap.after 2>/dev/null
+    cat /tmp/l1kvm.last /tmp/l1dp.last >> /tmp/l1snap.after 2>/dev/null
     exithist_stop >> /tmp/l1snap.after
     awk -v n="$1" -v r="$2" 'NR == FNR { b[$1] = $2; next }
         { line = line " " $1 "=" ($2 - b[$1]) }
