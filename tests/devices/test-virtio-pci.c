@@ -10,7 +10,10 @@
  *     features changed after FEATURES_OK, queue sizes that are not a power of
  *     two or too large, queue fields changed after enable, DRIVER_OK without
  *     FEATURES_OK, a notify storm before and after DRIVER_OK, and the common,
- *     ISR, device and notify windows read and written at every offset.
+ *     ISR, device and notify windows read and written at every offset; the
+ *     config-space abuse again with modern-pio-notify's I/O BAR and the kick
+ *     ioeventfds registered (both doorbells follow the BARs around);
+ *   - modern-pio-notify: the port doorbells' capability first, port kicks.
  * Needs a KVM VM (the transport's INTx and ioeventfd paths); skipped visibly
  * without it. The system tests run this binary inside the nested harness's L1,
  * where /dev/kvm works (tests/system/inner.sh, the KVM unit tests section).
@@ -314,15 +317,21 @@ static void check_alive(Tp *t)
 }
 
 /* Config space: every offset at every width, all ones then zero, then read back. */
-static void test_abuse_config_space(void)
+static void abuse_config_space(bool pio_notify)
 {
     static const unsigned widths[] = {1, 2, 4};
     static const uint32_t values[] = {0xffffffff, 0, 0xa5a5a5a5};
+    GError *err = NULL;
     Tp t;
 
-    if (!tp_init(&t)) {
+    if (!tp_init_pio(&t, pio_notify)) {
         return;
     }
+    /* With the kick ioeventfds on: both doorbells follow every BAR move. */
+    vm_lock(t.vm);
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, true, &err));
+    vm_unlock(t.vm);
+    g_assert_no_error(err);
     for (unsigned w = 0; w < G_N_ELEMENTS(widths); w++) {
         for (unsigned v = 0; v < G_N_ELEMENTS(values); v++) {
             for (unsigned reg = 0; reg < 256; reg += widths[w]) {
@@ -336,10 +345,32 @@ static void test_abuse_config_space(void)
     for (unsigned reg = PCI_BASE_ADDRESS_0; reg <= PCI_BASE_ADDRESS_5; reg += 4) {
         cfg_write(&t.f, reg, 4, t.saved[reg / 4]);
     }
-    cfg_write(&t.f, PCI_COMMAND, 2, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    cfg_write(&t.f, PCI_COMMAND, 2,
+              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER | (pio_notify ? PCI_COMMAND_IO : 0));
     g_assert_cmphex(bar4_addr(&t.f), ==, t.common);
+    g_assert_cmphex(cfg_read(&t.f, PCI_BASE_ADDRESS_2, 4), ==, t.saved[PCI_BASE_ADDRESS_2 / 4]);
+    vm_lock(t.vm);
+    g_assert_true(virtio_pci_set_host_notifiers(t.vp, false, &err));
+    vm_unlock(t.vm);
+    if (pio_notify) {
+        /* The port doorbell answers where the firmware put it. */
+        driver_ok(&t);
+        iobus_write(t.f.pf.pio, t.saved[PCI_BASE_ADDRESS_2 / 4] & ~3u, 2, 0);
+        g_assert_cmpuint(counts.notifies, ==, 1);
+    }
     check_alive(&t);
     tp_cleanup(&t);
+}
+
+static void test_abuse_config_space(void)
+{
+    abuse_config_space(false);
+}
+
+/* The same with modern-pio-notify's I/O BAR: it moves too, port space wraps at 64 KiB. */
+static void test_abuse_config_space_pio(void)
+{
+    abuse_config_space(true);
 }
 
 /* The MSI-X BAR: every offset and width; the PBA is read-only; vectors out of range. */
@@ -715,6 +746,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/virtio-pci/reset-clears-vectors", test_reset_clears_vectors);
     g_test_add_func("/virtio-pci/abuse/config-space", test_abuse_config_space);
+    g_test_add_func("/virtio-pci/abuse/config-space-pio", test_abuse_config_space_pio);
     g_test_add_func("/virtio-pci/abuse/msix-bar", test_abuse_msix_bar);
     g_test_add_func("/virtio-pci/abuse/masked-signal", test_abuse_masked_signal);
     g_test_add_func("/virtio-pci/abuse/features", test_abuse_features);
