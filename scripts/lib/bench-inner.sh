@@ -56,15 +56,14 @@ l1dp() {
     pidof vblk >/dev/null 2>&1 || return 0
     printf '%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"x-query-virtio-blk-dataplane"}' |
         timeout 3 nc -w 1 127.0.0.1 "$BENCH_QMP_PORT" 2>/dev/null | grep '"queues"' | head -n 1 |
-        awk '{ dev = $0; sub(/"queues".*/, "", dev); q = $0; sub(/.*"queues"/, "", q); sub(/"iothreads".*/, "", q)
-               n = split(dev, a, /[,{]/)
-               for (i = 1; i <= n; i++) if (a[i] ~ /"(bounces|submit-calls)": *[0-9]+/) {
-                   split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
-                   print "dp_" k, kv[2] + 0 }
-               n = split(q, a, /[,{}]/)
-               for (i = 1; i <= n; i++) if (a[i] ~ /"(requests|kicks|interrupts|interrupts-suppressed|batches|used-publishes)": *[0-9]+/) {
-                   split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
-                   t["dp_" k] += kv[2] }
+        awk 'function add(text, keys,   a, n, i, kv, k) { # sums "key": N pairs of the wanted keys
+                 n = split(text, a, /[,{}]/)
+                 for (i = 1; i <= n; i++) if (a[i] ~ ("\"(" keys ")\": *[0-9]+")) {
+                     split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
+                     t["dp_" k] += kv[2] } }
+             { dev = $0; sub(/"queues".*/, "", dev); q = $0; sub(/.*"queues"/, "", q); sub(/"iothreads".*/, "", q)
+               add(dev, "bounces|submit-calls")
+               add(q, "requests|kicks|interrupts|interrupts-suppressed|batches|used-publishes")
                for (k in t) print k, t[k] }'
 }
 l1snap() {
