@@ -93,6 +93,21 @@ static unsigned pci_bar_reg(unsigned bar)
     return PCI_BASE_ADDRESS_0 + 4 * bar;
 }
 
+/* BAR @bar becomes @b; its register starts as @flags and its low dword's
+ * writable bits are @wmask_lo (the high dword of a 64-bit BAR is the caller's). */
+static void pci_bar_init(PciDevice *dev, unsigned bar, PciBar b, uint32_t flags, uint32_t wmask_lo)
+{
+    unsigned reg = pci_bar_reg(bar);
+
+    dev->bars[bar] = b;
+    dev->bars[bar].ref.dev = dev;
+    dev->bars[bar].ref.bar = bar;
+    pci_set_long(dev, reg, flags);
+    for (unsigned i = 0; i < 4; i++) {
+        dev->wmask[reg + i] = (uint8_t)(wmask_lo >> (8 * i));
+    }
+}
+
 /* Context: main thread, before registration */
 bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64bit, GError **errp)
 {
@@ -106,14 +121,9 @@ bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64b
                     "%s: invalid BAR %u of 0x%" G_GINT64_MODIFIER "x bytes", dev->name, bar, size);
         return false;
     }
-    dev->bars[bar] = (PciBar){.size = size, .is_64bit = is_64bit};
-    dev->bars[bar].ref.dev = dev;
-    dev->bars[bar].ref.bar = bar;
-    pci_set_long(dev, reg, is_64bit ? PCI_BASE_ADDRESS_MEM_TYPE_64 : 0);
     /* The low four bits (type flags) are read-only; so are the size bits. */
-    for (unsigned i = 0; i < 4; i++) {
-        dev->wmask[reg + i] = (uint8_t)((mask & ~0xfULL) >> (8 * i));
-    }
+    pci_bar_init(dev, bar, (PciBar){.size = size, .is_64bit = is_64bit},
+                 is_64bit ? PCI_BASE_ADDRESS_MEM_TYPE_64 : 0, (uint32_t)(mask & ~0xfULL));
     if (is_64bit) {
         for (unsigned i = 0; i < 4; i++) {
             dev->wmask[reg + 4 + i] = (uint8_t)(mask >> (32 + 8 * i));
@@ -125,7 +135,6 @@ bool pci_device_add_bar(PciDevice *dev, unsigned bar, uint64_t size, bool is_64b
 /* Context: main thread, before registration */
 bool pci_device_add_io_bar(PciDevice *dev, unsigned bar, uint32_t size, GError **errp)
 {
-    unsigned reg = pci_bar_reg(bar);
     uint32_t mask = ~(size - 1);
 
     if (bar >= PCI_NUM_BARS || size < 4 || size > 256 || (size & (size - 1)) ||
@@ -134,14 +143,9 @@ bool pci_device_add_io_bar(PciDevice *dev, unsigned bar, uint32_t size, GError *
                     size);
         return false;
     }
-    dev->bars[bar] = (PciBar){.size = size, .is_io = true};
-    dev->bars[bar].ref.dev = dev;
-    dev->bars[bar].ref.bar = bar;
-    pci_set_long(dev, reg, PCI_BASE_ADDRESS_SPACE_IO);
     /* Bit 0 (I/O space) and bit 1 (reserved) are read-only; so are the size bits. */
-    for (unsigned i = 0; i < 4; i++) {
-        dev->wmask[reg + i] = (uint8_t)((mask & ~0x3u) >> (8 * i));
-    }
+    pci_bar_init(dev, bar, (PciBar){.size = size, .is_io = true}, PCI_BASE_ADDRESS_SPACE_IO,
+                 mask & ~0x3u);
     return true;
 }
 
