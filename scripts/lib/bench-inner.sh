@@ -30,7 +30,6 @@ l1kvm() {
     # (one pidof and one cat a second: a loop over /proc would fork per process)
     p=$(pidof qemu-system-x86_64 vblk vblk-storage-daemon qemu-storage-daemon 2>/dev/null)
     [ -n "$p" ] || return 0
-    for x in $p; do set -- "$@" "/proc/$x/task/"*/stat; done
     # each VMM process's resident memory and the part in transparent huge
     # pages (kB; levels, not counters): guest RAM on 4 KiB pages costs L2
     # far more nested page walks than on 2 MiB ones
@@ -39,12 +38,23 @@ l1kvm() {
         awk -v c="$c" '/^Rss:/ { print "rss_" c, $2 } /^AnonHugePages:/ { print "thp_" c, $2 }' \
             "/proc/$x/smaps_rollup" 2>/dev/null
     done
-    cat "$@" 2>/dev/null | awk '{ i = index($0, "("); j = 0
-                  for (k = length($0); k > 0; k--) if (substr($0, k, 1) == ")") { j = k; break }
-                  c = substr($0, i + 1, j - i - 1); gsub(/[^A-Za-z0-9]/, "_", c)
-                  n = split(substr($0, j + 2), f, " ")
-                  t["thr_" c] += f[12] + f[13]; g["gst_" c] += f[41] }
-                END { for (k in t) print k, t[k]; for (k in g) if (g[k] > 0) print k, g[k] }'
+    # per thread: its stat line and its schedstat (ns on a CPU, ns waiting on a
+    # run queue, time slices), read with builtins (no fork per thread)
+    for x in $p; do
+        for t in "/proc/$x/task/"*; do
+            read -r st 2>/dev/null <"$t/stat" || continue
+            read -r ss 2>/dev/null <"$t/schedstat" || ss="0 0 0"
+            echo "$st @@ $ss"
+        done
+    done | awk '{ h = index($0, " @@ "); s = substr($0, 1, h - 1); split(substr($0, h + 4), q, " ")
+                  i = index(s, "("); j = 0
+                  for (k = length(s); k > 0; k--) if (substr(s, k, 1) == ")") { j = k; break }
+                  c = substr(s, i + 1, j - i - 1); gsub(/[^A-Za-z0-9]/, "_", c)
+                  n = split(substr(s, j + 2), f, " ")
+                  t["thr_" c] += f[12] + f[13]; g["gst_" c] += f[41]
+                  w["rqw_" c] += int(q[2] / 1000); z["slc_" c] += q[3] }
+                END { for (k in t) print k, t[k]; for (k in g) if (g[k] > 0) print k, g[k]
+                      for (k in w) print k, w[k]; for (k in z) print k, z[k] }'
 }
 # vblk's own dataplane counters (QMP x-query-virtio-blk-dataplane, on a TCP
 # QMP socket vmm_run gives vblk), summed over the first device's queues:
@@ -125,9 +135,43 @@ l1stat() { # l1stat NAME ROUND: the deltas since l1start
 }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
-# vmm_cmd NAME APPEND: print nothing, run the VMM NAME with kernel cmdline APPEND.
-# To add or change a VMM, add a case here; bench-guest picks it up by name.
+# vmm_run NAME APPEND: run the VMM NAME with kernel cmdline APPEND. NAME@split
+# pins the VMM's vCPU threads to L1's CPU 0 and its other threads to CPU 1;
+# NAME@same pins them all to CPU 0 (where the threads run against L1's two
+# CPUs, as a factor of its own).
 vmm_run() {
+    case $1 in
+        *@split|*@same)
+            pinner "${1##*@}" &
+            pp=$!
+            vmm_exec "${1%@*}" "$2"
+            vrc=$?
+            kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
+            return $vrc;;
+        *@*) echo "BENCH-ERROR unknown placement in $1 (@split or @same)"; return 2;;
+        *) vmm_exec "$@";;
+    esac
+}
+pinner() { # pinner split|same: (re)pin the VMM's threads while it runs
+    i=0
+    while :; do
+        for x in $(pidof qemu-system-x86_64 vblk 2>/dev/null); do
+            for t in "/proc/$x/task/"*; do
+                read -r c 2>/dev/null <"$t/comm" || continue
+                cpu=1
+                case $c in "CPU "*|vcpu*) cpu=0;; esac
+                [ "$1" = same ] && cpu=0
+                taskset -p -c "$cpu" "${t##*/}" >/dev/null 2>&1
+            done
+        done
+        i=$((i + 1))
+        if [ $i -lt 20 ]; then sleep 0.5; else sleep 5; fi
+    done
+}
+
+# vmm_exec NAME APPEND: print nothing, run the VMM NAME with kernel cmdline APPEND.
+# To add or change a VMM, add a case here; bench-guest picks it up by name.
+vmm_exec() {
     name=$1; app=$2
     drive="if=none,id=drive0,file=$VBLK_DISK,format=raw,cache=none,aio=$BENCH_AIO"
     # NAME-pio: the same VMM with modern-pio-notify=on (the guest kicks by port write)

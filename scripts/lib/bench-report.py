@@ -21,6 +21,8 @@ def parse(path):
     l1 = {}        # vmm -> {round: {key: delta}} (BENCH-L1STAT; round 0 = boot only)
     gave = set()   # (vmm, round) whose job runs gave at least one fio result
     facts = {}     # vmm -> {"cpu": ..., "vda": ...} (the boot-only run's VBLK-INFO lines)
+    gst = {}       # vmm -> {job: [delta of the guest's VBLK-STAT counters around one run of it]}
+    before = None
     rnd = 0
     begins = {}    # vmm -> job runs started (rounds)
     vmm = None
@@ -50,6 +52,16 @@ def parse(path):
             m = re.search(r"BENCH-FACT name=(\S+) VBLK-INFO (cpu|vda) (.*)", line)
             if m:
                 facts.setdefault(m.group(1), {})[m.group(2)] = m.group(3).strip()
+                continue
+            m = re.search(r"VBLK-STAT name=(\S+) phase=(before|after)((?: \w+=[\d.]+)*)", line)
+            if m:
+                d = {k: float(v) for k, v in (kv.split("=") for kv in m.group(3).split())}
+                if m.group(2) == "before":
+                    before = (vmm, m.group(1), d)
+                elif before and before[:2] == (vmm, m.group(1)):
+                    gst.setdefault(vmm, {}).setdefault(m.group(1), []).append(
+                        {k: d[k] - before[2].get(k, 0.0) for k in d})
+                    before = None
                 continue
             m = re.search(r"BENCH-L1STAT name=(\S+) round=(\d+)((?: \w+=-?\d+)*)", line)
             if m:
@@ -85,7 +97,43 @@ def parse(path):
             a["rounds"] = begins.get(v, len(ms))
             agg.setdefault(v, {})[j] = a
     l1 = {v: {r: d for r, d in rs.items() if r == 0 or (v, r) in gave} for v, rs in l1.items()}
-    return order, agg, boots, status, l1, facts
+    return order, agg, boots, status, l1, facts, gst
+
+
+GUEST_CPU = ("usr", "sys", "irq", "sirq", "idl", "stl")
+
+
+def guest_table(order, jobs, agg, gst):
+    """The guest's own use of its time around each job (VBLK-STAT): jiffies
+    (USER_HZ 100) of each kind over the job's wall time, per request at the
+    job's median IOPS; context switches and interrupts per request. Medians
+    over the rounds that printed both lines."""
+    rows = []
+    for v in order:
+        for j in jobs:
+            ds = [d for d in gst.get(v, {}).get(j, []) if d.get("up", 0) > 0]
+            iops = agg.get(v, {}).get(j, {}).get("iops", 0)
+            if not ds or iops <= 0:
+                continue
+            per = []
+            for d in ds:
+                reqs = iops * d["up"]
+                x = {k: d.get(k, 0.0) * 10000.0 / reqs for k in GUEST_CPU}
+                x["idl"] += d.get("iow", 0.0) * 10000.0 / reqs
+                x.update({k: d.get(k, 0.0) / reqs for k in ("ctxt", "intr", "loc", "res", "cal")})
+                per.append(x)
+            rows.append((v, j, len(per), {k: statistics.median(p[k] for p in per) for k in per[0]}))
+    if not rows:
+        return
+    print()
+    print("The guest's own time per request (its /proc/stat around each job, over the job's wall time at")
+    print("its median IOPS; us, all guest CPUs; idle includes iowait), and its context switches,")
+    print("interrupts, local timer ticks, reschedule and call-function IPIs per request (medians)")
+    print(f"{'vmm':<13} {'job':<22} {'n':>2} " + " ".join(f"{k:>6}" for k in GUEST_CPU)
+          + f" {'ctxsw':>6} {'intr':>6} {'timer':>6} {'resched':>7} {'call':>6}")
+    for v, j, n, m in rows:
+        print(f"{v:<13} {j:<22} {n:>2} " + " ".join(f"{m[k]:>6.0f}" for k in GUEST_CPU)
+              + f" {m['ctxt']:>6.2f} {m['intr']:>6.2f} {m['loc']:>6.3f} {m['res']:>7.3f} {m['cal']:>6.3f}")
 
 
 def guest_view(order, facts):
@@ -166,6 +214,8 @@ def l1_table(order, l1):
             })
             # the VMM's threads (sampled each second, so counted from 0)
             per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
+            # and per thread: run-queue wait (us) and time slices, per request
+            per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_"))})
             # exits by reason (--trace-exits), per request
             per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
             per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_"))})
@@ -195,13 +245,17 @@ def l1_table(order, l1):
               f" {m['ctxt']:>6.2f} {m['disk_us']:>7.0f}")
     print()
     print("The VMM's threads in L1: CPU us per request (job run minus boot-only run, medians;")
-    print("'guest' is the part of a vCPU thread's time spent running the guest)")
+    print("'guest' is the part of a vCPU thread's time spent running the guest; 'waited' its us")
+    print("ready but waiting for an L1 CPU (schedstat), 'slices' the times it was put on a CPU)")
     for v, n, m in rows:
         thr = sorted((k[4:], val) for k, val in m.items() if k.startswith("thr_") and val >= 1)
         parts = []
         for name, val in sorted(thr, key=lambda t: -t[1]):
             g = m.get("gst_" + name, 0.0)
-            parts.append(f"{name} {val:.0f}" + (f" (guest {g:.0f})" if g >= 1 else ""))
+            extra = ([f"guest {g:.0f}"] if g >= 1 else []) + (
+                [f"waited {m['rqw_' + name]:.0f}", f"slices {m.get('slc_' + name, 0.0):.2f}"]
+                if "rqw_" + name in m else [])
+            parts.append(f"{name} {val:.0f}" + (f" ({', '.join(extra)})" if extra else ""))
         print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
     mem = [(v, m) for v, _, m in rows if any(k.startswith("rss_") for k in m)]
     if mem:
@@ -271,7 +325,7 @@ def fmt_ratio(a, b):
 
 def main():
     path = sys.argv[1]
-    order, runs, boots, status, l1, facts = parse(path)
+    order, runs, boots, status, l1, facts, gst = parse(path)
     jobs = []
     for v in order:
         for j in runs.get(v, {}):
@@ -299,6 +353,7 @@ def main():
         print(f"{v:<13} boot-only run {b[1] if b else float('nan'):.1f} s (rc {b[0] if b else '?'}),"
               f" job runs " + ", ".join(f"{x[1]:.1f} s (rc {x[0]})" for x in st))
     guest_view(order, facts)
+    guest_table(order, jobs, runs, gst)
     l1_table(order, l1)
     others = [v for v in order if v != BASE]
     if BASE in runs and others:

@@ -22,6 +22,10 @@
 #             set up, from its log> (so that two VMMs' guests can be told to see the same machine)
 #   VBLK-IRQ <the /proc/interrupts line of each PCI-MSI vector, spaces squeezed>
 #   VBLK-IRQ-AFTER name=<job> <the same lines after each fio job>
+#   VBLK-STAT name=<job> phase=before|after up=<s> usr= nic= sys= idl= iow= irq= sirq= stl=<jiffies
+#             of /proc/stat's cpu line> ctxt=<n> intr=<n> loc= res= cal= tlb=<those interrupts summed
+#             over the CPUs>: around each fio job, so that the guest's own use of its time per request
+#             can be compared between VMMs
 #   VBLK-FIO-JOB name=<job>  ===VBLK-FIO-JSON-BEGIN===  <json>  ===VBLK-FIO-JSON-END===
 #   VBLK-FIO-RC name=<job> rc=<n>
 #   VBLK-EXIT <status>      then reboot -f (reboot=k: port 0x64 reset) and poweroff -f.
@@ -80,6 +84,17 @@ echo "VBLK-INFO cpu flags=$(echo $fl | wc -w):$(echo $fl | md5sum | cut -c1-8) p
 # irq_lines PREFIX: each PCI-MSI line of /proc/interrupts, spaces squeezed
 irq_lines() { grep -E 'MSI' /proc/interrupts | tr -s ' ' | sed "s/^ */$1 /"; }
 irq_lines VBLK-IRQ
+# gstat PREFIX: the guest's CPU time by kind, context switches and interrupts so far
+gstat() {
+    p=$1
+    read -r up _ </proc/uptime
+    set -- $(grep '^cpu ' /proc/stat)
+    echo "$p up=$up usr=$2 nic=$3 sys=$4 idl=$5 iow=$6 irq=$7 sirq=$8 stl=$9" \
+         "$(awk '/^(ctxt|intr) / {printf "%s=%s ", $1, $2}' /proc/stat)$(awk '
+             $1 ~ /^(LOC|RES|CAL|TLB):$/ {
+                 s = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i
+                 printf "%s=%d ", tolower(substr($1, 1, 3)), s }' /proc/interrupts)"
+}
 
 # Parse our knobs from /proc/cmdline (the kernel keeps dotted parameters there).
 JOBS=""; JOBB64=""; SH=""; SHB64=""; SHDEV=""; TMO=""; SHELL_MODE=0
@@ -122,7 +137,9 @@ if [ -n "$JOBB64" ]; then
     [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
 fi
 for j in $JOBS; do
+    gstat "VBLK-STAT name=$j phase=before"
     run vblk-fio "$j"; r=$?
+    gstat "VBLK-STAT name=$j phase=after"
     # the interrupt counts after each job: the delta is the job's interrupts
     irq_lines "VBLK-IRQ-AFTER name=$j"
     [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
