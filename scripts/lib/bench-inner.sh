@@ -80,6 +80,14 @@ l1snap() {
     awk '$1 == "cpu" { print "cpu_user", $2 + $3; print "cpu_sys", $4; print "cpu_idle", $5;
                        print "cpu_iowait", $6; print "cpu_irq", $7 + $8 }
          $1 == "ctxt" { print "ctxt", $2 }' /proc/stat
+    # L1's interrupts by CPU: local timer, reschedule and function-call IPIs,
+    # TLB shootdowns, and the devices' interrupts summed (an interrupt that
+    # reaches the CPU running L2 costs L2 an exit)
+    awk 'NR == 1 { n = NF; next }
+         { k = $1; sub(/:$/, "", k)
+           if (k !~ /^(LOC|RES|CAL|TLB)$/) { if (k !~ /^[0-9]+$/) next; k = "DEV" }
+           for (i = 2; i <= n + 1 && $i ~ /^[0-9]+$/; i++) c[tolower(k) "_cpu" (i - 2)] += $i }
+         END { for (x in c) print "l1irq_" x, c[x] }' /proc/interrupts
     [ -r "/sys/block/$l1dev/stat" ] && awk '{ print "disk_rd", $1; print "disk_rd_ticks", $4
         print "disk_wr", $5; print "disk_wr_ticks", $8 }' "/sys/block/$l1dev/stat"
 }

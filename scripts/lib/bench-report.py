@@ -215,7 +215,7 @@ def l1_table(order, l1):
             # the VMM's threads (sampled each second, so counted from 0)
             per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
             # and per thread: run-queue wait (us) and time slices, per request
-            per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_"))})
+            per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_", "l1irq_"))})
             # exits by reason (--trace-exits), per request
             per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
             per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_"))})
@@ -257,6 +257,17 @@ def l1_table(order, l1):
                 if "rqw_" + name in m else [])
             parts.append(f"{name} {val:.0f}" + (f" ({', '.join(extra)})" if extra else ""))
         print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
+    cpus = sorted({k.rsplit("_cpu", 1)[1] for _, _, m in rows for k in m if k.startswith("l1irq_")}, key=int)
+    if cpus:
+        kinds = ("loc", "res", "cal", "tlb", "dev")
+        print()
+        print("L1's interrupts per request by CPU (job run minus boot-only run, medians): local timer,")
+        print("reschedule and function-call IPIs, TLB shootdowns, device interrupts; with NAME@split the")
+        print("vCPU thread is on CPU 0, where each of them costs the running L2 an exit")
+        print(f"{'vmm':<17} " + " | ".join(" ".join(f"{k + c:>6}" for k in kinds) for c in cpus))
+        for v, n, m in rows:
+            print(f"{v:<17} " + " | ".join(" ".join(f"{m.get(f'l1irq_{k}_cpu{c}', 0.0):>6.3f}" for k in kinds)
+                                           for c in cpus))
     mem = [(v, m) for v, _, m in rows if any(k.startswith("rss_") for k in m)]
     if mem:
         print()
