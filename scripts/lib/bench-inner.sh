@@ -80,6 +80,11 @@ l1snap() {
     awk '$1 == "cpu" { print "cpu_user", $2 + $3; print "cpu_sys", $4; print "cpu_idle", $5;
                        print "cpu_iowait", $6; print "cpu_irq", $7 + $8 }
          $1 == "ctxt" { print "ctxt", $2 }' /proc/stat
+    # L1's memory management that changes the pages under a running guest
+    # (each moved or collapsed page invalidates L2's nested page table
+    # entries): migration, compaction, THP collapse and split, NUMA hinting
+    awk '$1 ~ /^(pgmigrate_success|compact_migrate_scanned|compact_daemon_wake|thp_fault_alloc|thp_collapse_alloc|thp_split_pmd|numa_pte_updates)$/ {
+             print "vm_" $1, $2 }' /proc/vmstat
     # L1's interrupts by CPU: local timer, reschedule and function-call IPIs,
     # TLB shootdowns, and the devices' interrupts summed (an interrupt that
     # reaches the CPU running L2 costs L2 an exit)

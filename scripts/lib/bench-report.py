@@ -218,7 +218,7 @@ def l1_table(order, l1):
             per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_", "l1irq_"))})
             # exits by reason (--trace-exits), per request
             per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
-            per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_"))})
+            per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_", "vm_"))})
             # vblk's dataplane counters (QMP), per request the device saw
             dreq = x.get("dp_requests", 0)
             if dreq > 0:
@@ -268,6 +268,16 @@ def l1_table(order, l1):
         for v, n, m in rows:
             print(f"{v:<17} " + " | ".join(" ".join(f"{m.get(f'l1irq_{k}_cpu{c}', 0.0):>6.3f}" for k in kinds)
                                            for c in cpus))
+    vmk = ("thp_collapse_alloc", "thp_split_pmd", "pgmigrate_success", "compact_migrate_scanned",
+           "numa_pte_updates", "thp_fault_alloc")
+    if any(f"vm_{k}" in m for _, _, m in rows for k in vmk):
+        print()
+        print("L1's memory management during a job run (counts per run, job run minus boot-only run,")
+        print("medians): each collapsed, split or migrated page under a running guest invalidates")
+        print("its nested page table entries")
+        print(f"{'vmm':<17} " + " ".join(f"{k:>23}" for k in vmk))
+        for v, n, m in rows:
+            print(f"{v:<17} " + " ".join(f"{m.get('vm_' + k, 0.0):>23.0f}" for k in vmk))
     mem = [(v, m) for v, _, m in rows if any(k.startswith("rss_") for k in m)]
     if mem:
         print()
