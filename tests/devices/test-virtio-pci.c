@@ -352,6 +352,7 @@ static void abuse_config_space(bool pio_notify)
     vm_lock(t.vm);
     g_assert_true(virtio_pci_set_host_notifiers(t.vp, false, &err));
     vm_unlock(t.vm);
+    g_assert_no_error(err);
     if (pio_notify) {
         /* The port doorbell answers where the firmware put it. */
         driver_ok(&t);
