@@ -148,6 +148,7 @@ typedef struct DataPlaneQueueStats {
     uint64_t batches;         /* handle_queue passes that popped >= 1 chain */
     uint64_t kicks;           /* host notifier wakeups */
     uint64_t kick_reads;      /* host notifier eventfd reads (drains, 1 per 64 kicks) */
+    uint64_t avail_polls;     /* the loop's polling found chains (no kick needed) */
     uint64_t irqs;            /* guest notifier writes */
     uint64_t irqs_suppressed; /* completion groups with no interrupt needed */
     uint64_t publishes;       /* used-index publishes that moved it (completion groups) */
@@ -201,6 +202,19 @@ bool dataplane_is_started(DataPlane *dp);
 void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats *st);
 /* Context: any thread. The IOQ's counters (bounces, retries, batches). */
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
+
+/*
+ * How the dataplane learned of completions: from the IOQ's fd, through the
+ * loop's epoll_wait (@events), or by the loop's polling of the completion
+ * ring (@polls, each one that reaped something). Same rules as the queue
+ * counters.
+ */
+typedef struct DataPlaneWakeStats {
+    uint64_t completion_events;
+    uint64_t completion_polls;
+} DataPlaneWakeStats;
+/* Context: any thread */
+void dataplane_get_wake_stats(DataPlane *dp, DataPlaneWakeStats *st);
 
 /*
  * Accounting: one shard per queue (@n = num_queues), written by the iothread

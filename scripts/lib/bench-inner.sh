@@ -58,8 +58,11 @@ l1kvm() {
 }
 # vblk's own dataplane counters (QMP x-query-virtio-blk-dataplane, on a TCP
 # QMP socket vmm_run gives vblk), summed over the first device's queues:
-# dp_requests, dp_kicks, dp_interrupts, dp_batches, dp_used_publishes,
-# dp_interrupts_suppressed, and the device's dp_bounces, dp_submit_calls.
+# dp_requests, dp_kicks, dp_avail_polls, dp_interrupts, dp_batches,
+# dp_used_publishes, dp_interrupts_suppressed, the device's dp_bounces,
+# dp_submit_calls, its iothreads' dp_completion_events/_polls, and from
+# query-iothreads their loops' dp_loop_iterations, dp_blocking_waits,
+# dp_epoll_waits, dp_poll_successes.
 BENCH_QMP_PORT=${BENCH_QMP_PORT:-4555}
 ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null # L1 starts with lo down
 l1dp() {
@@ -72,8 +75,18 @@ l1dp() {
                      split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); gsub(/-/, "_", k)
                      t["dp_" k] += kv[2] } }
              { dev = $0; sub(/"queues".*/, "", dev); q = $0; sub(/.*"queues"/, "", q); sub(/"iothreads".*/, "", q)
+               it = $0; sub(/.*"iothreads"/, "", it)
                add(dev, "bounces|submit-calls")
-               add(q, "requests|kicks|interrupts|interrupts-suppressed|batches|used-publishes")
+               add(q, "requests|kicks|avail-polls|interrupts|interrupts-suppressed|batches|used-publishes")
+               add(it, "completion-events|completion-polls")
+               for (k in t) print k, t[k] }'
+    # and its iothreads' event loops: how often they slept, polled, woke
+    printf '%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"query-iothreads"}' |
+        timeout 3 nc -w 1 127.0.0.1 "$BENCH_QMP_PORT" 2>/dev/null | grep '"x-loop-iterations"' | head -n 1 |
+        awk '{ n = split($0, a, /[,{}]/)
+               for (i = 1; i <= n; i++) if (a[i] ~ /"x-(loop-iterations|blocking-waits|epoll-waits|poll-successes)": *[0-9]+/) {
+                   split(a[i], kv, /": */); k = kv[1]; gsub(/[^a-z-]/, "", k); sub(/^x-/, "", k); gsub(/-/, "_", k)
+                   t["dp_" k] += kv[2] }
                for (k in t) print k, t[k] }'
 }
 l1snap() {

@@ -94,6 +94,7 @@ struct DataPlane {
     uint64_t touched;       /* iothread: queues with pushed, unpublished completions */
     uint64_t submit_cycles; /* iothread: cycles spent in batch_end this pass */
     unsigned completions_undrained; /* iothread: wakeups since the IOQ's eventfd was read */
+    DataPlaneWakeStats wst;         /* iothread writes, any thread reads */
     int64_t now_ns;         /* iothread: clock at the start of this pass */
     ThrottleState ts;       /* iothread while started, else the control thread */
     bool throttling;        /* any limit set (same owner as ts) */
@@ -539,7 +540,11 @@ static bool poll_queue(void *opaque)
     if (dq->throttled || !virtqueue_has_avail(virtio_blk_queue_get_vq(dq->q))) {
         return false;
     }
-    return process_queue(dq);
+    if (!process_queue(dq)) {
+        return false;
+    }
+    stat_add(&dq->st.avail_polls, 1);
+    return true;
 }
 
 static void poll_begin(void *opaque)
@@ -608,6 +613,7 @@ static void handle_completions(void *opaque)
     if (!ioq_fd_is_eventfd(dp->ioq) || drain_due(&dp->completions_undrained)) {
         ioq_clear_fd(dp->ioq);
     }
+    stat_add(&dp->wst.completion_events, 1);
     reap(dp);
 }
 
@@ -623,6 +629,7 @@ static bool poll_completions(void *opaque)
     if (!ioq_process_completions(dp->ioq)) {
         return false;
     }
+    stat_add(&dp->wst.completion_polls, 1);
     notify_guests(dp);
     return true;
 }
@@ -1070,6 +1077,7 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
     st->batches = stat_get(&s->batches);
     st->kicks = stat_get(&s->kicks);
     st->kick_reads = stat_get(&s->kick_reads);
+    st->avail_polls = stat_get(&s->avail_polls);
     st->irqs = stat_get(&s->irqs);
     st->irqs_suppressed = stat_get(&s->irqs_suppressed);
     st->publishes = stat_get(&s->publishes);
@@ -1085,6 +1093,13 @@ void dataplane_get_queue_stats(DataPlane *dp, unsigned qidx, DataPlaneQueueStats
 void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st)
 {
     ioq_get_stats(dp->ioq, st);
+}
+
+/* Context: any thread */
+void dataplane_get_wake_stats(DataPlane *dp, DataPlaneWakeStats *st)
+{
+    st->completion_events = stat_get(&dp->wst.completion_events);
+    st->completion_polls = stat_get(&dp->wst.completion_polls);
 }
 
 /* Context: control thread */

@@ -311,6 +311,7 @@ static void add_queue_stats(JsonBuilder *b, DpSwitch *sw, unsigned q)
     add_int(b, "completed", (int64_t)st.completed);
     add_int(b, "batches", (int64_t)st.batches);
     add_int(b, "kicks", (int64_t)st.kicks);
+    add_int(b, "avail-polls", (int64_t)st.avail_polls);
     add_int(b, "interrupts", (int64_t)st.irqs);
     add_int(b, "interrupts-suppressed", (int64_t)st.irqs_suppressed);
     add_int(b, "used-publishes", (int64_t)st.publishes);
@@ -332,8 +333,10 @@ static void add_iothread_stats(JsonBuilder *b, VirtIOBlkPCI *s, unsigned i)
     DataPlane *dp = dp_switch_get_dataplane(s->sw, i, &t, &qidx, &n);
     DataPlaneQueueStats sum = {0};
     IOQStats io;
+    DataPlaneWakeStats wk;
 
     dataplane_get_ioq_stats(dp, &io);
+    dataplane_get_wake_stats(dp, &wk);
     json_builder_begin_object(b);
     add_str(b, "iothread", n ? s->vq_iothread_id[qidx[0]] : "");
     json_builder_set_member_name(b, "vqs");
@@ -356,6 +359,8 @@ static void add_iothread_stats(JsonBuilder *b, VirtIOBlkPCI *s, unsigned i)
     add_int(b, "interrupts", (int64_t)sum.irqs);
     add_int(b, "submit-calls", (int64_t)io.batches);
     add_int(b, "ioq-in-flight", (int64_t)io.inflight);
+    add_int(b, "completion-events", (int64_t)wk.completion_events);
+    add_int(b, "completion-polls", (int64_t)wk.completion_polls);
     json_builder_end_object(b);
 }
 
@@ -604,7 +609,8 @@ static void describe_schema(void)
                         stats, file_stats, stats, file_stats);
     static const char *const queue =
         "{'index': 'int', 'requests': 'int', 'completed': 'int', 'batches': 'int', 'kicks': "
-        "'int', 'interrupts': 'int', 'interrupts-suppressed': 'int', 'used-publishes': 'int', 'in-flight': 'int', "
+        "'int', 'avail-polls': 'int', 'interrupts': 'int', 'interrupts-suppressed': 'int', "
+        "'used-publishes': 'int', 'in-flight': 'int', "
         "'throttle-waits': 'int', 'cycles-pop': 'int', 'cycles-submit': 'int', "
         "'cycles-complete': 'int', 'cycles-notify': 'int'}";
     g_autofree char *dataplane = g_strdup_printf(
@@ -615,7 +621,8 @@ static void describe_schema(void)
         "'held-flushes': 'int', 'helper-ops': 'int', 'remaps': 'int', "
         "'queues': [%s], 'iothreads': [{'iothread': 'str', 'vqs': ['int'], 'started': 'bool', "
         "'requests': 'int', 'completed': 'int', 'kicks': 'int', 'interrupts': 'int', "
-        "'submit-calls': 'int', 'ioq-in-flight': 'int'}]}]",
+        "'submit-calls': 'int', 'ioq-in-flight': 'int', 'completion-events': 'int', "
+        "'completion-polls': 'int'}]}]",
         queue);
 
     qmp_schema_describe("query-block", NULL, block, NULL);

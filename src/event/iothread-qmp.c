@@ -35,6 +35,7 @@ static void add_iothread(const char *id, IOThread *t, const IOThreadParams *p, v
         event_loop_get_stats(iothread_get_loop(t), &st);
         add_int(b, "x-loop-iterations", (int64_t)st.iterations);
         add_int(b, "x-blocking-waits", (int64_t)st.blocking_waits);
+        add_int(b, "x-epoll-waits", (int64_t)st.epoll_waits);
         add_int(b, "x-poll-successes", (int64_t)st.poll_success);
         add_int(b, "x-bh-runs", (int64_t)st.bh_runs);
         add_int(b, "x-poll-ns", (int64_t)st.poll_ns);
@@ -62,11 +63,13 @@ void iothread_qmp_register(void)
 
     if (!qmp_command_exists("query-iothreads")) {
         qmp_register_command("query-iothreads", cmd_query_iothreads, none, 0, NULL);
-        qmp_schema_describe("query-iothreads", NULL,
-                            "[{'id': 'str', 'thread-id': 'int', 'poll-max-ns': 'int', "
-                            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', 'x-submit-early': 'int', "
-                            "'x-loop-iterations': 'int', 'x-blocking-waits': 'int', "
-                            "'x-poll-successes': 'int', 'x-bh-runs': 'int', 'x-poll-ns': 'int'}]",
-                            NULL);
+        qmp_schema_describe(
+            "query-iothreads", NULL,
+            "[{'id': 'str', 'thread-id': 'int', 'poll-max-ns': 'int', "
+            "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', 'x-submit-early': "
+            "'int', "
+            "'x-loop-iterations': 'int', 'x-blocking-waits': 'int', 'x-epoll-waits': 'int', "
+            "'x-poll-successes': 'int', 'x-bh-runs': 'int', 'x-poll-ns': 'int'}]",
+            NULL);
     }
 }

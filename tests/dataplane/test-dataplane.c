@@ -138,6 +138,16 @@ static void test_random_rw(gconstpointer data)
         testdrv_alloc_reset(f->d, mark);
     }
     dataplane_get_ioq_stats(f->dp, &ist);
+    {
+        /* It learned of completions from the IOQ's fd or by polling its ring. */
+        DataPlaneWakeStats wk;
+
+        dataplane_get_wake_stats(f->dp, &wk);
+        g_assert_cmpuint(wk.completion_events + wk.completion_polls, >=, 1);
+        g_assert_cmpuint(wk.completion_polls, <=, ist.completed);
+        g_test_message("completions learned: %" PRIu64 " from the fd, %" PRIu64 " by polling",
+                       wk.completion_events, wk.completion_polls);
+    }
     if (p->writethrough) {
         /* Every write was followed by its own flush before completing. */
         g_assert_false(virtio_blk_get_writeback(f->blk));
@@ -395,6 +405,13 @@ static void test_null(void)
      */
     g_assert_cmpuint(st.irqs + st.irqs_suppressed, >=, 100);
     g_assert_cmpuint(st.irqs, >, 0);
+    /*
+     * Each round waits for the last one's completions, so its chains are
+     * found by a new pass: started by the kick's eventfd, or by the loop's
+     * polling of the avail ring when the kick was suppressed.
+     */
+    g_assert_cmpuint(st.kicks + st.avail_polls, >=, 100);
+    g_assert_cmpuint(st.avail_polls, <=, st.batches);
     g_rand_free(rnd);
     dpfix_free(f);
 }
