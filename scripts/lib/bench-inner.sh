@@ -39,22 +39,26 @@ l1kvm() {
             "/proc/$x/smaps_rollup" 2>/dev/null
     done
     # per thread: its stat line and its schedstat (ns on a CPU, ns waiting on a
-    # run queue, time slices), read with builtins (no fork per thread)
+    # run queue, time slices), read with builtins (no fork per thread), and its
+    # voluntary context switches (the times it went to sleep; one grep a process)
     for x in $p; do
+        grep -H '^voluntary_ctxt_switches' "/proc/$x/task/"*/status 2>/dev/null |
+            awk -F'[/:\t ]+' '{ print "@V", $5, $NF }'
         for t in "/proc/$x/task/"*; do
             read -r st 2>/dev/null <"$t/stat" || continue
             read -r ss 2>/dev/null <"$t/schedstat" || ss="0 0 0"
             echo "$st @@ $ss"
         done
-    done | awk '{ h = index($0, " @@ "); s = substr($0, 1, h - 1); split(substr($0, h + 4), q, " ")
+    done | awk '$1 == "@V" { vcs[$2] = $3; next }
+                { h = index($0, " @@ "); s = substr($0, 1, h - 1); split(substr($0, h + 4), q, " ")
                   i = index(s, "("); j = 0
                   for (k = length(s); k > 0; k--) if (substr(s, k, 1) == ")") { j = k; break }
                   c = substr(s, i + 1, j - i - 1); gsub(/[^A-Za-z0-9]/, "_", c)
                   n = split(substr(s, j + 2), f, " ")
                   t["thr_" c] += f[12] + f[13]; g["gst_" c] += f[41]
-                  w["rqw_" c] += int(q[2] / 1000); z["slc_" c] += q[3] }
+                  w["rqw_" c] += int(q[2] / 1000); z["slc_" c] += q[3]; v["vcs_" c] += vcs[$1] }
                 END { for (k in t) print k, t[k]; for (k in g) if (g[k] > 0) print k, g[k]
-                      for (k in w) print k, w[k]; for (k in z) print k, z[k] }'
+                      for (k in w) print k, w[k]; for (k in z) print k, z[k]; for (k in v) print k, v[k] }'
 }
 # vblk's own dataplane counters (QMP x-query-virtio-blk-dataplane, on a TCP
 # QMP socket vmm_run gives vblk), summed over the first device's queues:
@@ -211,14 +215,20 @@ vmm_exec() {
                 -object iothread,id=io0 -drive "$drive" \
                 -device virtio-blk-pci,drive=drive0,iothread=io0$pio
             ;;
-        vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll)
+        vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll|vblk-dp-on-poll[0-9]*)
             dp=on; [ "$name" = vblk-dp-off ] && dp=off
             # vblk-dp-on-nopoll: the dataplane's iothread with polling off
-            # (poll-max-ns=0), to tell its polling's share of the CPU in L1
+            # (poll-max-ns=0), to tell its polling's share of the CPU in L1;
+            # vblk-dp-on-pollN: with poll-max-ns=N
             set --
             dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp$pio
-            if [ "$name" = vblk-dp-on-nopoll ]; then
-                set -- -object iothread,id=io0,poll-max-ns=0
+            pns=
+            case $name in
+                vblk-dp-on-nopoll) pns=0 ;;
+                vblk-dp-on-poll*) pns=${name#vblk-dp-on-poll} ;;
+            esac
+            if [ -n "$pns" ]; then
+                set -- -object "iothread,id=io0,poll-max-ns=$pns"
                 dev=$dev,iothread=io0
             fi
             # VBLK_STATS: vblk prints its userspace exits (PIO, MMIO) when it ends

@@ -215,7 +215,7 @@ def l1_table(order, l1):
             # the VMM's threads (sampled each second, so counted from 0)
             per[-1].update({k: us(k) for k in x if k.startswith(("thr_", "gst_"))})
             # and per thread: run-queue wait (us) and time slices, per request
-            per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_", "l1irq_"))})
+            per[-1].update({k: per_req(k) for k in x if k.startswith(("rqw_", "slc_", "vcs_", "l1irq_"))})
             # exits by reason (--trace-exits), per request
             per[-1].update({k: per_req(k) for k in x if k.startswith("exitr_")})
             per[-1].update({k: float(x[k]) for k in x if k.startswith(("rss_", "thp_", "vm_"))})
@@ -248,7 +248,8 @@ def l1_table(order, l1):
     print()
     print("The VMM's threads in L1: CPU us per request (job run minus boot-only run, medians;")
     print("'guest' is the part of a vCPU thread's time spent running the guest; 'waited' its us")
-    print("ready but waiting for an L1 CPU (schedstat), 'slices' the times it was put on a CPU)")
+    print("ready but waiting for an L1 CPU (schedstat), 'slices' the times it was put on a CPU,")
+    print("'sleeps' the times it went to sleep (voluntary context switches))")
     for v, n, m in rows:
         thr = sorted((k[4:], val) for k, val in m.items() if k.startswith("thr_") and val >= 1)
         parts = []
@@ -256,7 +257,8 @@ def l1_table(order, l1):
             g = m.get("gst_" + name, 0.0)
             extra = ([f"guest {g:.0f}"] if g >= 1 else []) + (
                 [f"waited {m['rqw_' + name]:.0f}", f"slices {m.get('slc_' + name, 0.0):.2f}"]
-                if "rqw_" + name in m else [])
+                if "rqw_" + name in m else []) + (
+                [f"sleeps {m['vcs_' + name]:.2f}"] if "vcs_" + name in m else [])
             parts.append(f"{name} {val:.0f}" + (f" ({', '.join(extra)})" if extra else ""))
         print(f"  {v:<13} " + (", ".join(parts) if parts else "(no thread figures)"))
     cpus = sorted({k.rsplit("_cpu", 1)[1] for _, _, m in rows for k in m if k.startswith("l1irq_")}, key=int)
