@@ -366,6 +366,11 @@ static bool dp_conf_for(DataPlaneConf *dc, unsigned engine, unsigned k, GError *
     dc->num_queues = 1;
     dc->queue_size = MAX_QSIZE;
     dc->complete_batch = k == 1 ? 1 : 0; /* publish per completion on one config */
+    if (k == 0) {
+        /* the completion hold on the other: 20 us while 2 or more are in flight */
+        dc->complete_hold_ns = 20000;
+        dc->complete_hold_depth = 2;
+    }
     dc->ioq.engine = engine_names[engine];
     dc->ioq.fd = engine == ENGINE_NULL || engine == ENGINE_NBD ? -1
                  : direct                                      ? H.direct_fd

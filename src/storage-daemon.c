@@ -243,11 +243,25 @@ static bool add_object(const char *arg, GError **errp)
             dst = &params.aio_max_batch;
         } else if (!strcmp(p->key, "x-submit-early")) {
             dst = &params.x_submit_early;
+        } else if (!strcmp(p->key, "x-complete-hold-ns")) {
+            dst = &params.x_complete_hold_ns;
+        } else if (!strcmp(p->key, "x-complete-hold-depth")) {
+            dst = &params.x_complete_hold_depth;
         } else {
             g_set_error(errp, SD_ERROR, EINVAL, "--object: Invalid parameter '%s'", p->key);
             return false;
         }
         if (!parse_int("--object", p->key, p->value, dst, errp)) {
+            return false;
+        }
+        if ((dst == &params.x_complete_hold_ns && *dst > IOTHREAD_COMPLETE_HOLD_NS_MAX) ||
+            (dst == &params.x_complete_hold_depth &&
+             (*dst < 1 || *dst > IOTHREAD_COMPLETE_HOLD_DEPTH_MAX))) {
+            g_set_error(errp, SD_ERROR, EINVAL,
+                        "--object: Parameter '%s' must be in range [%d, %d]", p->key,
+                        dst == &params.x_complete_hold_ns ? 0 : 1,
+                        dst == &params.x_complete_hold_ns ? IOTHREAD_COMPLETE_HOLD_NS_MAX
+                                                          : IOTHREAD_COMPLETE_HOLD_DEPTH_MAX);
             return false;
         }
     }

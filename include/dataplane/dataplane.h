@@ -109,6 +109,18 @@ typedef struct DataPlaneConf {
      */
     unsigned complete_batch;
     /*
+     * Completion hold (vblk's x-complete-hold-ns of the iothread): while at
+     * least @complete_hold_depth requests are in the IOQ after a pass, the
+     * pass does not publish its completions; a timer publishes them
+     * @complete_hold_ns after the first one was held (or an earlier pass that
+     * finds fewer in flight does). A guest that keeps a deep queue then takes
+     * one interrupt for several completions; a shallow queue never waits.
+     * Completion groups (@complete_batch) still publish within a reap.
+     * 0: off. @complete_hold_depth 0: DATAPLANE_COMPLETE_HOLD_DEPTH.
+     */
+    int64_t complete_hold_ns;
+    unsigned complete_hold_depth;
+    /*
      * Optional, for a device whose queues are split between several
      * dataplanes (one per iothread): @acct is the device's array of
      * accounting shards, one per device queue, and @queue_index[i] the device
@@ -129,6 +141,9 @@ typedef struct DataPlaneConf {
 } DataPlaneConf;
 
 #define DATAPLANE_COMPLETE_BATCH 8
+#define DATAPLANE_COMPLETE_HOLD_DEPTH 16
+/* The longest hold accepted (1 ms); longer values are clamped. */
+#define DATAPLANE_COMPLETE_HOLD_MAX_NS 1000000
 
 /* One queue handed to dataplane_start(). */
 typedef struct DataPlaneQueue {
@@ -212,6 +227,7 @@ void dataplane_get_ioq_stats(DataPlane *dp, IOQStats *st);
 typedef struct DataPlaneWakeStats {
     uint64_t completion_events;
     uint64_t completion_polls;
+    uint64_t complete_holds; /* passes that held their completions back (hold timer armed) */
 } DataPlaneWakeStats;
 /* Context: any thread */
 void dataplane_get_wake_stats(DataPlane *dp, DataPlaneWakeStats *st);

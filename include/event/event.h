@@ -215,6 +215,14 @@ unsigned iothread_get_aio_max_batch(const IOThread *t);
  */
 void iothread_set_submit_early(IOThread *t, unsigned n);
 unsigned iothread_get_submit_early(const IOThread *t);
+/*
+ * vblk's x-complete-hold-ns and x-complete-hold-depth: while at least @depth
+ * requests are in flight, its dataplanes publish completions at most @ns
+ * after the first one was held (DataPlaneConf.complete_hold_ns); @ns 0: off.
+ * Set before a dataplane is created on it. Context: main thread.
+ */
+void iothread_set_complete_hold(IOThread *t, int64_t ns, unsigned depth);
+int64_t iothread_get_complete_hold(const IOThread *t, unsigned *depth);
 /* Context: control thread. Stops and joins the thread; idempotent. */
 void iothread_stop(IOThread *t);
 /* Context: control thread. Stops, joins, frees the loop. NULL is ignored. */

@@ -25,6 +25,14 @@
  * 2026-12-05: +15% at QD32 on a file, the Xeon host).
  */
 #define IOTHREAD_SUBMIT_EARLY_DEFAULT 4
+/*
+ * vblk's completion hold: off by default (x-complete-hold-ns=0); with it on,
+ * it applies while at least 16 requests are in flight.
+ */
+#define IOTHREAD_COMPLETE_HOLD_NS_DEFAULT    0
+#define IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT 16
+#define IOTHREAD_COMPLETE_HOLD_NS_MAX        1000000
+#define IOTHREAD_COMPLETE_HOLD_DEPTH_MAX     4096
 
 /* -object iothread's properties: QEMU's names and meaning, and vblk's x-submit-early. */
 typedef struct IOThreadParams {
@@ -33,9 +41,15 @@ typedef struct IOThreadParams {
     int64_t poll_shrink; /* 0: back to 0 at once */
     int64_t aio_max_batch; /* requests per submit syscall of the dataplanes it runs; 0: the engine's (32) */
     int64_t x_submit_early; /* vblk's: submit at once while fewer are in the kernel (0: off) */
+    int64_t x_complete_hold_ns;    /* vblk's: completion hold (0: off), at most 1 ms */
+    int64_t x_complete_hold_depth; /* vblk's: ... while this many are in flight (1..4096) */
 } IOThreadParams;
 
-/* QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0, aio-max-batch=0; x-submit-early=4. */
+/*
+ * QEMU's defaults: poll-max-ns=32768, poll-grow=0, poll-shrink=0,
+ * aio-max-batch=0; vblk's x-submit-early=4, x-complete-hold-ns=0,
+ * x-complete-hold-depth=16.
+ */
 void iothread_params_init(IOThreadParams *p);
 
 /*

@@ -171,6 +171,8 @@ void virtqueue_debug_snapshot(const VirtQueue *vq, VirtQueueDebug *d);
 unsigned virtqueue_inflight(const VirtQueue *vq);
 /* The used index last published to the driver. Context: owner thread */
 uint16_t virtqueue_published_used(const VirtQueue *vq);
+/* Pushed elements the driver cannot see yet (not published). Context: owner thread */
+bool virtqueue_has_unpublished(const VirtQueue *vq);
 /* Context: any thread */
 unsigned virtqueue_num(const VirtQueue *vq);
 

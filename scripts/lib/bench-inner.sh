@@ -82,7 +82,7 @@ l1dp() {
                it = $0; sub(/.*"iothreads"/, "", it)
                add(dev, "bounces|submit-calls")
                add(q, "requests|kicks|avail-polls|interrupts|interrupts-suppressed|batches|used-publishes")
-               add(it, "completion-events|completion-polls")
+               add(it, "completion-events|completion-polls|complete-holds")
                for (k in t) print k, t[k] }'
     # and its iothreads' event loops: how often they slept, polled, woke
     printf '%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"query-iothreads"}' |
@@ -215,20 +215,22 @@ vmm_exec() {
                 -object iothread,id=io0 -drive "$drive" \
                 -device virtio-blk-pci,drive=drive0,iothread=io0$pio
             ;;
-        vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll|vblk-dp-on-poll[0-9]*)
+        vblk-dp-on|vblk-dp-off|vblk-dp-on-nopoll|vblk-dp-on-poll[0-9]*|vblk-dp-on-hold[0-9]*)
             dp=on; [ "$name" = vblk-dp-off ] && dp=off
             # vblk-dp-on-nopoll: the dataplane's iothread with polling off
             # (poll-max-ns=0), to tell its polling's share of the CPU in L1;
-            # vblk-dp-on-pollN: with poll-max-ns=N
+            # vblk-dp-on-pollN: with poll-max-ns=N; vblk-dp-on-holdN: with
+            # the completion hold x-complete-hold-ns=N (depth: its default)
             set --
             dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp$pio
-            pns=
+            obj=
             case $name in
-                vblk-dp-on-nopoll) pns=0 ;;
-                vblk-dp-on-poll*) pns=${name#vblk-dp-on-poll} ;;
+                vblk-dp-on-nopoll) obj=poll-max-ns=0 ;;
+                vblk-dp-on-poll*) obj=poll-max-ns=${name#vblk-dp-on-poll} ;;
+                vblk-dp-on-hold*) obj=x-complete-hold-ns=${name#vblk-dp-on-hold} ;;
             esac
-            if [ -n "$pns" ]; then
-                set -- -object "iothread,id=io0,poll-max-ns=$pns"
+            if [ -n "$obj" ]; then
+                set -- -object "iothread,id=io0,$obj"
                 dev=$dev,iothread=io0
             fi
             # VBLK_STATS: vblk prints its userspace exits (PIO, MMIO) when it ends

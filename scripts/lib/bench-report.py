@@ -227,7 +227,7 @@ def l1_table(order, l1):
                     "dp_kicks", "dp_interrupts", "dp_interrupts_suppressed", "dp_batches",
                     "dp_used_publishes", "dp_submit_calls", "dp_bounces", "dp_avail_polls",
                     "dp_completion_events", "dp_completion_polls", "dp_loop_iterations",
-                    "dp_blocking_waits", "dp_epoll_waits", "dp_poll_successes")})
+                    "dp_blocking_waits", "dp_epoll_waits", "dp_poll_successes", "dp_complete_holds")})
         if per:
             keys = sorted({k for p in per for k in p})
             rows.append((v, len(per), {k: statistics.median(p.get(k, 0.0) for p in per) for k in keys}))
@@ -311,14 +311,16 @@ def l1_table(order, l1):
             print("How the dataplane's iothread learned of work, per request (same runs): sleeps (epoll_wait")
             print("calls that blocked), epolls (all epoll_wait calls), loop iterations, polls that found work;")
             print("kick ev / avail poll: queue passes started by a kick's eventfd or by polling the avail ring;")
-            print("cmpl ev / cmpl poll: completions learned from the IOQ's eventfd or by polling its ring")
+            print("cmpl ev / cmpl poll: completions learned from the IOQ's eventfd or by polling its ring;")
+            print("holds: passes that left their completions to the completion hold's timer")
             print(f"{'vmm':<13} {'sleeps':>6} {'epolls':>6} {'iters':>6} {'polls':>6} {'kick ev':>7}"
-                  f" {'avail poll':>10} {'cmpl ev':>7} {'cmpl poll':>9}")
+                  f" {'avail poll':>10} {'cmpl ev':>7} {'cmpl poll':>9} {'holds':>6}")
             for v, m in dprows:
                 g = lambda k: m.get(k + "_per_req", 0.0)
                 print(f"{v:<13} {g('dp_blocking_waits'):>6.3f} {g('dp_epoll_waits'):>6.3f}"
                       f" {g('dp_loop_iterations'):>6.3f} {g('dp_poll_successes'):>6.3f} {g('dp_kicks'):>7.3f}"
-                      f" {g('dp_avail_polls'):>10.3f} {g('dp_completion_events'):>7.3f} {g('dp_completion_polls'):>9.3f}")
+                      f" {g('dp_avail_polls'):>10.3f} {g('dp_completion_events'):>7.3f} {g('dp_completion_polls'):>9.3f}"
+                      f" {g('dp_complete_holds'):>6.3f}")
     codes = sorted({k for _, _, m in rows for k in m if k.startswith("exitr_")},
                    key=lambda k: -max(m.get(k, 0.0) for _, _, m in rows))
     if codes:

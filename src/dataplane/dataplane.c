@@ -95,6 +95,9 @@ struct DataPlane {
     uint64_t submit_cycles; /* iothread: cycles spent in batch_end this pass */
     unsigned completions_undrained; /* iothread: wakeups since the IOQ's eventfd was read */
     DataPlaneWakeStats wst;         /* iothread writes, any thread reads */
+    int64_t hold_ns;                /* DataPlaneConf.complete_hold_ns (0: off) */
+    unsigned hold_depth;            /* ... complete_hold_depth */
+    EventTimer *hold_timer;         /* iothread: publishes what a pass held back */
     int64_t now_ns;         /* iothread: clock at the start of this pass */
     ThrottleState ts;       /* iothread while started, else the control thread */
     bool throttling;        /* any limit set (same owner as ts) */
@@ -336,6 +339,43 @@ static void notify_guests(DataPlane *dp)
     }
 }
 
+/*
+ * The end of a pass: publish, or with the completion hold on and a deep
+ * queue, leave the completions for the hold timer (armed once: a held
+ * completion waits at most hold_ns). A pass with fewer in flight publishes
+ * everything, the held ones included.
+ */
+static bool any_unpublished(DataPlane *dp)
+{
+    for (uint64_t t = dp->touched; t; t &= t - 1) {
+        if (virtqueue_has_unpublished(virtio_blk_queue_get_vq(dp->queues[__builtin_ctzll(t)].q))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void publish_or_hold(DataPlane *dp)
+{
+    if (dp->hold_ns && dp->touched && ioq_inflight(dp->ioq) >= dp->hold_depth &&
+        any_unpublished(dp)) {
+        if (!event_timer_pending(dp->hold_timer)) {
+            event_timer_mod(dp->hold_timer, event_clock_ns() + dp->hold_ns);
+            stat_add(&dp->wst.complete_holds, 1);
+        }
+        return;
+    }
+    notify_guests(dp);
+}
+
+static void hold_timer_cb(void *opaque)
+{
+    DataPlane *dp = opaque;
+
+    DP_ASSERT_IOTHREAD(dp);
+    notify_guests(dp);
+}
+
 /* ---- submission side ---- */
 
 /* The IOQ request of @req (at submission, and again when a held one is resubmitted). */
@@ -492,7 +532,7 @@ static bool process_queue(DPQueue *dq)
         stat_add(&dq->st.cycles_pop, t1 - t0 - dp->submit_cycles);
         dp->touched |= 1ull << dq->idx; /* inline completions (GET_ID, errors) */
     }
-    notify_guests(dp);
+    publish_or_hold(dp);
     return popped > 0;
 }
 
@@ -591,7 +631,7 @@ static void reap(DataPlane *dp)
         touched &= touched - 1;
         stat_add(&dq->st.cycles_complete, share);
     }
-    notify_guests(dp);
+    publish_or_hold(dp);
     /* Slots were freed: a queue that hit its cap may have more to pop. */
     for (unsigned i = 0; i < dp->nq; i++) {
         if (!dp->queues[i].throttled && virtio_blk_queue_pending(dp->queues[i].q)) {
@@ -630,7 +670,7 @@ static bool poll_completions(void *opaque)
         return false;
     }
     stat_add(&dp->wst.completion_polls, 1);
-    notify_guests(dp);
+    publish_or_hold(dp);
     return true;
 }
 
@@ -655,6 +695,7 @@ static void timers_new_in_thread(void *opaque)
     for (unsigned i = 0; i < dp->max_nq; i++) {
         dp->queues[i].ttimer = event_timer_new(dp->loop, throttle_timer_cb, &dp->queues[i]);
     }
+    dp->hold_timer = event_timer_new(dp->loop, hold_timer_cb, dp);
 }
 
 static void timers_free_in_thread(void *opaque)
@@ -665,6 +706,8 @@ static void timers_free_in_thread(void *opaque)
         event_timer_free(dp->queues[i].ttimer);
         dp->queues[i].ttimer = NULL;
     }
+    event_timer_free(dp->hold_timer);
+    dp->hold_timer = NULL;
 }
 
 /* Context: control thread */
@@ -704,6 +747,9 @@ DataPlane *dataplane_create(const DataPlaneConf *conf, GError **errp)
     dp->blk = conf->blk;
     dp->no_flush = conf->no_flush;
     dp->complete_batch = conf->complete_batch ? conf->complete_batch : DATAPLANE_COMPLETE_BATCH;
+    dp->hold_ns = CLAMP(conf->complete_hold_ns, 0, DATAPLANE_COMPLETE_HOLD_MAX_NS);
+    dp->hold_depth =
+        conf->complete_hold_depth ? conf->complete_hold_depth : DATAPLANE_COMPLETE_HOLD_DEPTH;
     dp->iothread = conf->iothread;
     dp->loop = iothread_get_loop(conf->iothread);
     dp->nq = conf->num_queues;
@@ -843,6 +889,7 @@ static void drain_in_thread(void *opaque)
     DataPlane *dp = opaque;
 
     ioq_drain(dp->ioq);
+    event_timer_del(dp->hold_timer); /* nothing is held after this */
     notify_guests(dp);
 }
 
@@ -1100,6 +1147,7 @@ void dataplane_get_wake_stats(DataPlane *dp, DataPlaneWakeStats *st)
 {
     st->completion_events = stat_get(&dp->wst.completion_events);
     st->completion_polls = stat_get(&dp->wst.completion_polls);
+    st->complete_holds = stat_get(&dp->wst.complete_holds);
 }
 
 /* Context: control thread */

@@ -323,6 +323,7 @@ static bool sw_dp_create(DpSwitch *sw, SwDp *g, GError **errp)
         dc.ioq.max_batch = iothread_get_aio_max_batch(g->iothread); /* aio-max-batch, as QEMU */
     }
     dc.ioq.submit_early = iothread_get_submit_early(g->iothread);
+    dc.complete_hold_ns = iothread_get_complete_hold(g->iothread, &dc.complete_hold_depth);
     assert(!event_loop_in_owner(iothread_get_loop(g->iothread)));
     g->dp = dataplane_create(&dc, errp);
     if (!g->dp) {

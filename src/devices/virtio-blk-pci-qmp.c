@@ -361,6 +361,7 @@ static void add_iothread_stats(JsonBuilder *b, VirtIOBlkPCI *s, unsigned i)
     add_int(b, "ioq-in-flight", (int64_t)io.inflight);
     add_int(b, "completion-events", (int64_t)wk.completion_events);
     add_int(b, "completion-polls", (int64_t)wk.completion_polls);
+    add_int(b, "complete-holds", (int64_t)wk.complete_holds);
     json_builder_end_object(b);
 }
 
@@ -622,7 +623,7 @@ static void describe_schema(void)
         "'queues': [%s], 'iothreads': [{'iothread': 'str', 'vqs': ['int'], 'started': 'bool', "
         "'requests': 'int', 'completed': 'int', 'kicks': 'int', 'interrupts': 'int', "
         "'submit-calls': 'int', 'ioq-in-flight': 'int', 'completion-events': 'int', "
-        "'completion-polls': 'int'}]}]",
+        "'completion-polls': 'int', 'complete-holds': 'int'}]}]",
         queue);
 
     qmp_schema_describe("query-block", NULL, block, NULL);

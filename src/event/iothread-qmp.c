@@ -28,6 +28,8 @@ static void add_iothread(const char *id, IOThread *t, const IOThreadParams *p, v
     add_int(b, "poll-shrink", p->poll_shrink);
     add_int(b, "aio-max-batch", p->aio_max_batch);
     add_int(b, "x-submit-early", p->x_submit_early);
+    add_int(b, "x-complete-hold-ns", p->x_complete_hold_ns);
+    add_int(b, "x-complete-hold-depth", p->x_complete_hold_depth);
     {
         /* vblk's own, per iothread: what its loop did (docs/qmp.md). */
         EventLoopStats st;
@@ -67,7 +69,7 @@ void iothread_qmp_register(void)
             "query-iothreads", NULL,
             "[{'id': 'str', 'thread-id': 'int', 'poll-max-ns': 'int', "
             "'poll-grow': 'int', 'poll-shrink': 'int', 'aio-max-batch': 'int', 'x-submit-early': "
-            "'int', "
+            "'int', 'x-complete-hold-ns': 'int', 'x-complete-hold-depth': 'int', "
             "'x-loop-iterations': 'int', 'x-blocking-waits': 'int', 'x-epoll-waits': 'int', "
             "'x-poll-successes': 'int', 'x-bh-runs': 'int', 'x-poll-ns': 'int'}]",
             NULL);

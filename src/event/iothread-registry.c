@@ -30,7 +30,9 @@ static void registered_free(gpointer p)
 void iothread_params_init(IOThreadParams *p)
 {
     *p = (IOThreadParams){.poll_max_ns = IOTHREAD_POLL_MAX_NS_DEFAULT,
-                          .x_submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT};
+                          .x_submit_early = IOTHREAD_SUBMIT_EARLY_DEFAULT,
+                          .x_complete_hold_ns = IOTHREAD_COMPLETE_HOLD_NS_DEFAULT,
+                          .x_complete_hold_depth = IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT};
 }
 
 /* Context: main thread */
@@ -61,6 +63,9 @@ IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GE
                                r->params.poll_shrink);
     iothread_set_aio_max_batch(t, (unsigned)MIN(r->params.aio_max_batch, (int64_t)UINT_MAX));
     iothread_set_submit_early(t, (unsigned)MIN(r->params.x_submit_early, (int64_t)UINT_MAX));
+    iothread_set_complete_hold(
+        t, CLAMP(r->params.x_complete_hold_ns, 0, IOTHREAD_COMPLETE_HOLD_NS_MAX),
+        (unsigned)CLAMP(r->params.x_complete_hold_depth, 1, IOTHREAD_COMPLETE_HOLD_DEPTH_MAX));
     if (!registry) {
         registry = g_ptr_array_new_with_free_func(registered_free);
     }

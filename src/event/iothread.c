@@ -23,6 +23,8 @@ struct IOThread {
     char *name;
     unsigned aio_max_batch; /* 0: the engine's */
     unsigned submit_early;  /* 0: off */
+    int64_t complete_hold_ns;     /* 0: off */
+    unsigned complete_hold_depth; /* 0: the dataplane's default */
 };
 
 /* The debug-state line of one iothread (util/debug-state.h). Context: any thread. */
@@ -202,4 +204,18 @@ void iothread_set_submit_early(IOThread *t, unsigned n)
 unsigned iothread_get_submit_early(const IOThread *t)
 {
     return t->submit_early;
+}
+
+/* Context: main thread */
+void iothread_set_complete_hold(IOThread *t, int64_t ns, unsigned depth)
+{
+    t->complete_hold_ns = ns;
+    t->complete_hold_depth = depth;
+}
+
+/* Context: main thread */
+int64_t iothread_get_complete_hold(const IOThread *t, unsigned *depth)
+{
+    *depth = t->complete_hold_depth;
+    return t->complete_hold_ns;
 }

@@ -570,6 +570,12 @@ uint16_t virtqueue_published_used(const VirtQueue *vq)
     return vq->published_used;
 }
 
+/* Context: owner thread */
+bool virtqueue_has_unpublished(const VirtQueue *vq)
+{
+    return vq->used_idx != vq->published_used;
+}
+
 /* Context: any thread */
 unsigned virtqueue_num(const VirtQueue *vq)
 {

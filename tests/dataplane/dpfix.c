@@ -73,7 +73,7 @@ DpFix *dpfix_new(const DpFixOpts *o)
         dpfix_free(f);
         return NULL;
     }
-    if (f->o.path && f->fd >= 0) {
+    if (f->o.path && f->fd >= 0 && !f->o.stream) {
         f->o.disk_size = (uint64_t)lseek(f->fd, 0, SEEK_END);
     }
     dopts.ram_size = f->o.ram_size ? f->o.ram_size : 64 << 20;
@@ -102,6 +102,8 @@ DpFix *dpfix_new(const DpFixOpts *o)
     dc.num_queues = 1;
     dc.queue_size = f->o.queue_size;
     dc.complete_batch = f->o.complete_batch;
+    dc.complete_hold_ns = f->o.complete_hold_ns;
+    dc.complete_hold_depth = f->o.complete_hold_depth;
     dc.ioq.engine = f->o.engine;
     dc.ioq.fd = f->fd;
     dc.ioq.direct = f->direct_ok;

@@ -27,6 +27,9 @@ typedef struct DpFixOpts {
     unsigned complete_batch; /* DataPlaneConf.complete_batch (0: default) */
     unsigned max_batch;      /* IOQConfig.max_batch: requests per submit syscall (0: default) */
     unsigned submit_early;   /* IOQConfig.submit_early (0: off) */
+    bool stream;             /* @path is a FIFO: its size is @disk_size, not its length */
+    int64_t complete_hold_ns;     /* DataPlaneConf.complete_hold_ns (0: off) */
+    unsigned complete_hold_depth; /* DataPlaneConf.complete_hold_depth */
 } DpFixOpts;
 
 typedef struct DpFix {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <endian.h>
 #include <linux/virtio_blk.h>
@@ -24,6 +25,7 @@ typedef struct Param {
     unsigned misalign;
     unsigned aio_max_events;
     bool writethrough;
+    bool hold; /* the completion hold on: 200 us while 4 or more are in flight */
 } Param;
 
 /* Wait until every request in @byhead (n outstanding) completed; check status and len. */
@@ -79,7 +81,9 @@ static void test_random_rw(gconstpointer data)
                    .direct = p->direct,
                    .aio_max_events = p->aio_max_events,
                    .writethrough = p->writethrough,
-                   .queue_size = 256};
+                   .queue_size = 256,
+                   .complete_hold_ns = p->hold ? 200000 : 0,
+                   .complete_hold_depth = 4};
     DpFix *f = dpfix_new(&o);
     GRand *rnd = g_rand_new_with_seed(0x5eed);
     uint8_t *shadow, *buf = g_malloc(64 * 512);
@@ -145,8 +149,12 @@ static void test_random_rw(gconstpointer data)
         dataplane_get_wake_stats(f->dp, &wk);
         g_assert_cmpuint(wk.completion_events + wk.completion_polls, >=, 1);
         g_assert_cmpuint(wk.completion_polls, <=, ist.completed);
-        g_test_message("completions learned: %" PRIu64 " from the fd, %" PRIu64 " by polling",
-                       wk.completion_events, wk.completion_polls);
+        g_test_message("completions learned: %" PRIu64 " from the fd, %" PRIu64
+                       " by polling; %" PRIu64 " passes held them back",
+                       wk.completion_events, wk.completion_polls, wk.complete_holds);
+        if (!p->hold) {
+            g_assert_cmpuint(wk.complete_holds, ==, 0);
+        }
     }
     if (p->writethrough) {
         /* Every write was followed by its own flush before completing. */
@@ -600,6 +608,113 @@ static void test_stop_start_stream(gconstpointer data)
     dpfix_free(f);
 }
 
+/* Monotonic nanoseconds. */
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * The completion hold (x-complete-hold-ns): a read from an empty FIFO stays
+ * in flight in io_uring for as long as the test wants, so the depth the hold
+ * looks at is under the test's control. @depth 1: with the read in flight, a
+ * GET_ID's inline completion is held for the hold time, then the timer
+ * publishes it (never earlier); the read's completion, with nothing left in
+ * flight, is published at once. @depth 2: one in flight is a shallow queue,
+ * so nothing is ever held.
+ */
+static void test_complete_hold(gconstpointer data)
+{
+    unsigned depth = GPOINTER_TO_UINT(data);
+    const int64_t hold = 1000000; /* 1 ms, the most accepted */
+    g_autofree char *dir = g_dir_make_tmp("vblk-hold-XXXXXX", NULL);
+    g_autofree char *fifo = g_build_filename(dir, "fifo", NULL);
+    DpFixOpts o = {.engine = "io_uring",
+                   .path = fifo,
+                   .stream = true,
+                   .disk_size = 1 << 20,
+                   .complete_hold_ns = hold,
+                   .complete_hold_depth = depth};
+    GRand *rnd = g_rand_new_with_seed(7);
+    DpReq rd, id;
+    DpReq *byhead[128] = {0};
+    uint8_t pattern[512], buf[512];
+    DataPlaneWakeStats wk;
+    uint16_t head;
+    uint32_t len;
+    int64_t t0, t1;
+    DpFix *f;
+
+    g_assert_nonnull(dir);
+    g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+    f = dpfix_new(&o);
+    if (!f) {
+        g_test_skip("io_uring not usable here");
+        goto out;
+    }
+    dpfix_start(f);
+    g_assert_true(dpfix_add(f, &rd, VIRTIO_BLK_T_IN, 0, NULL, 512, 1, 0, rnd));
+    byhead[rd.head] = &rd;
+    testvq_kick(f->tvq);
+    /* The read is in the kernel (nothing to read yet), and stays there. */
+    {
+        IOQStats ist;
+
+        for (int i = 0; i < TIMEOUT_MS; i++) {
+            dataplane_get_ioq_stats(f->dp, &ist);
+            if (ist.inflight == 1) {
+                break;
+            }
+            g_usleep(1000);
+        }
+        g_assert_cmpuint(ist.inflight, ==, 1);
+    }
+    g_assert_true(dpfix_add(f, &id, VIRTIO_BLK_T_GET_ID, 0, NULL, VIRTIO_BLK_ID_BYTES, 1, 0, rnd));
+    byhead[id.head] = &id;
+    t0 = now_ns();
+    testvq_kick(f->tvq);
+    while (!testvq_get_used(f->tvq, &head, &len)) {
+        g_assert_true(testvq_wait_used(f->tvq, TIMEOUT_MS));
+    }
+    t1 = now_ns();
+    g_assert_cmpuint(head, ==, id.head);
+    g_assert_cmpuint(dpfix_status(f, &id), ==, VIRTIO_BLK_S_OK);
+    dataplane_get_wake_stats(f->dp, &wk);
+    if (depth <= 1) {
+        /* Held: only the timer could publish it, hold ns after the pass. */
+        g_assert_cmpint(t1 - t0, >=, hold);
+        g_assert_cmpuint(wk.complete_holds, ==, 1);
+    } else {
+        g_assert_cmpuint(wk.complete_holds, ==, 0);
+    }
+    g_test_message("GET_ID published %" PRId64 " us after its kick (depth %u)", (t1 - t0) / 1000,
+                   depth);
+    /* Now the read: its data arrives, nothing is left in flight, no hold. */
+    memset(pattern, 0xa5, sizeof(pattern));
+    {
+        int wfd = open(fifo, O_WRONLY | O_CLOEXEC);
+
+        g_assert_cmpint(wfd, >=, 0);
+        g_assert_cmpint(write(wfd, pattern, sizeof(pattern)), ==, (ssize_t)sizeof(pattern));
+        close(wfd);
+    }
+    byhead[id.head] = NULL;
+    wait_all(f, byhead, 1, NULL);
+    dpfix_read_data(f, &rd, buf);
+    g_assert_cmpmem(buf, sizeof(buf), pattern, sizeof(pattern));
+    dataplane_get_wake_stats(f->dp, &wk);
+    g_assert_cmpuint(wk.complete_holds, ==, depth <= 1 ? 1 : 0);
+    dpfix_stop(f);
+    dpfix_free(f);
+out:
+    g_rand_free(rnd);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 static void add(const char *name, GTestDataFunc fn, const Param *p)
 {
     g_test_add_data_func(name, p, fn);
@@ -607,14 +722,16 @@ static void add(const char *name, GTestDataFunc fn, const Param *p)
 
 int main(int argc, char **argv)
 {
-    static const Param aio_direct = {"native", true, 0, 0, false};
-    static const Param aio_direct_mis = {"native", true, 64, 0, false};
-    static const Param aio_buffered = {"native", false, 64, 0, false};
-    static const Param aio_eagain = {"native", true, 0, 2, false};
-    static const Param aio_wt = {"native", true, 0, 0, true};
-    static const Param uring_direct = {"io_uring", true, 0, 0, false};
-    static const Param uring_direct_mis = {"io_uring", true, 64, 0, false};
-    static const Param uring_buffered = {"io_uring", false, 64, 0, false};
+    static const Param aio_direct = {"native", true, 0, 0, false, false};
+    static const Param aio_direct_mis = {"native", true, 64, 0, false, false};
+    static const Param aio_buffered = {"native", false, 64, 0, false, false};
+    static const Param aio_eagain = {"native", true, 0, 2, false, false};
+    static const Param aio_wt = {"native", true, 0, 0, true, false};
+    static const Param uring_direct = {"io_uring", true, 0, 0, false, false};
+    static const Param uring_direct_mis = {"io_uring", true, 64, 0, false, false};
+    static const Param uring_buffered = {"io_uring", false, 64, 0, false, false};
+    static const Param aio_direct_hold = {"native", true, 0, 0, false, true};
+    static const Param uring_direct_hold = {"io_uring", true, 0, 0, false, true};
 
     g_test_init(&argc, &argv, NULL);
     add("/dataplane/native/direct/random-rw", test_random_rw, &aio_direct);
@@ -625,6 +742,8 @@ int main(int argc, char **argv)
     add("/dataplane/io_uring/direct/random-rw", test_random_rw, &uring_direct);
     add("/dataplane/io_uring/direct/random-rw-misaligned", test_random_rw, &uring_direct_mis);
     add("/dataplane/io_uring/buffered/random-rw", test_random_rw, &uring_buffered);
+    add("/dataplane/native/direct/random-rw-complete-hold", test_random_rw, &aio_direct_hold);
+    add("/dataplane/io_uring/direct/random-rw-complete-hold", test_random_rw, &uring_direct_hold);
     add("/dataplane/native/flush-order", test_flush_order, &aio_direct);
     add("/dataplane/io_uring/flush-order", test_flush_order, &uring_direct);
     add("/dataplane/native/discard-write-zeroes", test_discard_wz, &aio_buffered);
@@ -632,5 +751,9 @@ int main(int argc, char **argv)
     add("/dataplane/native/stop-start-stream", test_stop_start_stream, &aio_direct);
     add("/dataplane/io_uring/stop-start-stream", test_stop_start_stream, &uring_direct);
     g_test_add_func("/dataplane/null/read-zeroes-counters", test_null);
+    g_test_add_data_func("/dataplane/io_uring/complete-hold/deep", GUINT_TO_POINTER(1),
+                         test_complete_hold);
+    g_test_add_data_func("/dataplane/io_uring/complete-hold/shallow", GUINT_TO_POINTER(2),
+                         test_complete_hold);
     return g_test_run();
 }

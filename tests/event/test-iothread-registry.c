@@ -43,8 +43,13 @@ static JsonArray *query_iothreads(TClient *c, JsonParser *parser)
 static void test_registry(void)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
-    IOThreadParams p = {
-        .poll_max_ns = 1000, .poll_grow = 3, .poll_shrink = 4, .aio_max_batch = 8, .x_submit_early = 2};
+    IOThreadParams p = {.poll_max_ns = 1000,
+                        .poll_grow = 3,
+                        .poll_shrink = 4,
+                        .aio_max_batch = 8,
+                        .x_submit_early = 2,
+                        .x_complete_hold_ns = 50000,
+                        .x_complete_hold_depth = 24};
     Seen seen = {.ids = g_ptr_array_new_with_free_func(g_free)};
     char *path;
     QmpMonitor *mon = test_setup(&path);
@@ -78,6 +83,15 @@ static void test_registry(void)
     g_assert_cmpuint(iothread_get_aio_max_batch(b), ==, 0);
     g_assert_cmpuint(iothread_get_submit_early(a), ==, 2);
     g_assert_cmpuint(iothread_get_submit_early(b), ==, IOTHREAD_SUBMIT_EARLY_DEFAULT);
+    {
+        /* the completion hold a dataplane created on it gets: off by default */
+        unsigned depth;
+
+        g_assert_cmpint(iothread_get_complete_hold(a, &depth), ==, 50000);
+        g_assert_cmpuint(depth, ==, 24);
+        g_assert_cmpint(iothread_get_complete_hold(b, &depth), ==, 0);
+        g_assert_cmpuint(depth, ==, IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT);
+    }
     g_assert_cmpint(seen.params[1].poll_max_ns, ==, IOTHREAD_POLL_MAX_NS_DEFAULT);
     g_assert_cmpint(seen.params[1].poll_grow, ==, 0);
     g_assert_cmpint(seen.params[1].poll_shrink, ==, 0);
@@ -97,8 +111,10 @@ static void test_registry(void)
     g_assert_cmpint(json_object_get_int_member(o, "poll-shrink"), ==, 4);
     g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 8);
     g_assert_cmpint(json_object_get_int_member(o, "x-submit-early"), ==, 2);
-    /* vblk's own per-iothread setting and figures, x- prefixed beside QEMU's six. */
-    g_assert_cmpuint(json_object_get_size(o), ==, 13);
+    g_assert_cmpint(json_object_get_int_member(o, "x-complete-hold-ns"), ==, 50000);
+    g_assert_cmpint(json_object_get_int_member(o, "x-complete-hold-depth"), ==, 24);
+    /* vblk's own per-iothread settings and figures, x- prefixed beside QEMU's six. */
+    g_assert_cmpuint(json_object_get_size(o), ==, 15);
     g_assert_cmpint(json_object_get_int_member(o, "x-loop-iterations"), >, 0);
     g_assert_cmpint(json_object_get_int_member(o, "x-blocking-waits"), >=, 0);
     /* every blocking wait is an epoll_wait (read a moment apart: one may be in between) */
@@ -112,6 +128,9 @@ static void test_registry(void)
     g_assert_cmpint(json_object_get_int_member(o, "poll-max-ns"), ==, 32768);
     g_assert_cmpint(json_object_get_int_member(o, "aio-max-batch"), ==, 0); /* QEMU's default */
     g_assert_cmpint(json_object_get_int_member(o, "x-submit-early"), ==, IOTHREAD_SUBMIT_EARLY_DEFAULT);
+    g_assert_cmpint(json_object_get_int_member(o, "x-complete-hold-ns"), ==, 0);
+    g_assert_cmpint(json_object_get_int_member(o, "x-complete-hold-depth"), ==,
+                    IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT);
 
     /* Teardown stops them all; the command stays and lists nothing. */
     iothread_registry_clear();

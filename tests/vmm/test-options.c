@@ -265,7 +265,19 @@ static void test_object_iothread(void)
     o = parse_ok("-object iothread,id=io1,x-submit-early=0");
     io = o->iothreads->pdata[0];
     g_assert_cmpint(io->params.x_submit_early, ==, 0);
+    g_assert_cmpint(io->params.x_complete_hold_ns, ==, 0); /* the completion hold: off */
+    g_assert_cmpint(io->params.x_complete_hold_depth, ==, IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT);
     options_free(o);
+    o = parse_ok("-object iothread,id=io1,x-complete-hold-ns=50000,x-complete-hold-depth=8");
+    io = o->iothreads->pdata[0];
+    g_assert_cmpint(io->params.x_complete_hold_ns, ==, 50000);
+    g_assert_cmpint(io->params.x_complete_hold_depth, ==, 8);
+    options_free(o);
+    parse_bad("-object iothread,id=io1,x-complete-hold-ns=1000001",
+              "x-complete-hold-ns value must be in range [0, 1000000]");
+    parse_bad("-object iothread,id=io1,x-complete-hold-depth=0",
+              "x-complete-hold-depth value must be in range [1, 4096]");
+    parse_bad("-object iothread,id=io1,x-complete-hold-ns=-1", "must be in range");
 }
 
 /*
