@@ -220,13 +220,17 @@ vmm_exec() {
             # vblk-dp-on-nopoll: the dataplane's iothread with polling off
             # (poll-max-ns=0), to tell its polling's share of the CPU in L1;
             # vblk-dp-on-pollN: with poll-max-ns=N; vblk-dp-on-holdN: with
-            # the completion hold x-complete-hold-ns=N (depth: its default)
+            # the completion hold x-complete-hold-ns=N (depth: its default),
+            # vblk-dp-on-holdNdD: and x-complete-hold-depth=D
             set --
             dev=virtio-blk-pci,drive=drive0,x-data-plane=$dp$pio
             obj=
             case $name in
                 vblk-dp-on-nopoll) obj=poll-max-ns=0 ;;
                 vblk-dp-on-poll*) obj=poll-max-ns=${name#vblk-dp-on-poll} ;;
+                vblk-dp-on-hold*d*)
+                    obj=${name#vblk-dp-on-hold}
+                    obj=x-complete-hold-ns=${obj%d*},x-complete-hold-depth=${obj#*d} ;;
                 vblk-dp-on-hold*) obj=x-complete-hold-ns=${name#vblk-dp-on-hold} ;;
             esac
             if [ -n "$obj" ]; then

@@ -608,7 +608,7 @@ int main(int argc, char **argv)
                    "  [--submit-early N] [--aio-max-batch N] [--complete-batch N] [--halt-poll-us N]\n"
                    "  [--iothreads N] [--queues N] [--bs N] [--rw randread|randwrite]\n"
                    "  [--busy-devs N] [--busy-qd N] [--busy-bs N] [--busy-rw R] [--busy-backend B]\n"
-                   "  [--main-loop glib|own] [--poll-shrink N]\n"
+                   "  [--main-loop glib|own] [--poll-shrink N] [--complete-hold NS] [--complete-hold-depth D]\n"
                    "scripts/bench-dataplane runs the standard cases and prints the tables.\n");
             return 0;
         }
@@ -640,6 +640,10 @@ int main(int argc, char **argv)
             o.complete_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--submit-early")) {
             o.submit_early = (unsigned)strtoul(argv[i + 1], NULL, 0);
+        } else if (!strcmp(argv[i], "--complete-hold")) {
+            o.complete_hold_ns = atoll(argv[i + 1]); /* x-complete-hold-ns (single queue) */
+        } else if (!strcmp(argv[i], "--complete-hold-depth")) {
+            o.complete_hold_depth = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--aio-max-batch")) {
             o.max_batch = (unsigned)strtoul(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "--halt-poll-us")) {
@@ -903,6 +907,7 @@ int main(int argc, char **argv)
         double r = (double)(st.requests ? st.requests : 1);
         IOQStats is;
         EventLoopStats ls;
+        DataPlaneWakeStats holds;
 
         /*
          * Syscalls per request, from counters. Iothread: kick eventfd reads,
@@ -911,16 +916,17 @@ int main(int argc, char **argv)
          * (each followed by a read of the interrupt eventfd).
          */
         dataplane_get_ioq_stats(f->dp, &is);
+        dataplane_get_wake_stats(f->dp, &holds);
         event_loop_get_stats(iothread_get_loop(f->iothread), &ls);
         fprintf(stderr,
                 "syscalls per request: iothread kick-reads %.3f submits %.3f completion-efd-reads "
                 "%.3f epoll_waits %.3f (blocking %.3f) irq-writes %.3f = %.3f; driver kicks %.3f "
-                "sleeps %.3f (halt-poll hits %.3f); used publishes %.3f\n",
+                "sleeps %.3f (halt-poll hits %.3f); used publishes %.3f; completion holds %.3f\n",
                 (double)st.kick_reads / r, (double)is.batches / r, (double)is.efd_reads / r,
                 (double)ls.epoll_waits / r, (double)ls.blocking_waits / r, (double)st.irqs / r,
                 (double)(st.kick_reads + is.batches + is.efd_reads + ls.epoll_waits + st.irqs) / r,
                 (double)drv_kicks / r, (double)drv_sleeps / r, (double)drv_halt_hits / r,
-                (double)st.publishes / r);
+                (double)st.publishes / r, (double)holds.complete_holds / r);
         fprintf(stderr,
                 "iothread cycles per request: pop+parse %.0f complete %.0f notify %.0f "
                 "(submit syscall %.0f)\n",
