@@ -145,6 +145,12 @@ void virtqueue_set_broken(VirtQueue *vq, const char *reason)
     if (vq->broken) {
         return;
     }
+    /*
+     * What completed before the protocol error is still the driver's: publish
+     * it (a flush is refused once broken). A caller that held back its used
+     * entries (the dataplane's completion hold) loses none of them.
+     */
+    virtqueue_flush(vq);
     snprintf(vq->broken_reason, sizeof(vq->broken_reason), "%s", reason);
     qatomic_set(&vq->broken, true);
     if (vq->broken_fn) {

@@ -85,6 +85,35 @@ static void test_pop_direct(void)
     vqf_cleanup(&f);
 }
 
+/* A protocol error publishes what was pushed before it, then refuses flushes. */
+static void test_break_publishes_pushed(void)
+{
+    Vqf f;
+    uint64_t a = 0, b;
+    uint16_t head;
+    uint32_t len;
+    int h, bad;
+
+    vqf_init(&f, 8, F_V1, NULL);
+    a = testdrv_alloc(f.d, 512, 0);
+    b = testdrv_alloc(f.d, 512, 0);
+    h = testvq_add_chain(f.tvq, (TestBuf[]){{a, 512, true}}, 1);
+    testvq_publish(f.tvq, h);
+    g_assert_cmpint(virtqueue_pop(f.vq, &f.elem), ==, 1);
+    g_assert(virtqueue_push(f.vq, h, 7));
+    g_assert_true(virtqueue_has_unpublished(f.vq));               /* pushed, not flushed */
+    bad = testvq_add_chain(f.tvq, (TestBuf[]){{b, 0, false}}, 1); /* zero length */
+    testvq_publish(f.tvq, bad);
+    g_assert_cmpint(virtqueue_pop(f.vq, &f.elem), <, 0);
+    g_assert_true(virtqueue_is_broken(f.vq));
+    g_assert_false(virtqueue_has_unpublished(f.vq));
+    g_assert(testvq_get_used(f.tvq, &head, &len));
+    g_assert_cmpuint(head, ==, h);
+    g_assert_cmpuint(len, ==, 7);
+    g_assert_false(testvq_get_used(f.tvq, &head, &len));
+    vqf_cleanup(&f);
+}
+
 static void test_pop_indirect(void)
 {
     Vqf f;
@@ -469,6 +498,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/virtqueue/pop-direct", test_pop_direct);
     g_test_add_func("/virtqueue/pop-indirect", test_pop_indirect);
+    g_test_add_func("/virtqueue/break-publishes-pushed", test_break_publishes_pushed);
     g_test_add_func("/virtqueue/region-crossing", test_region_crossing);
     g_test_add_func("/virtqueue/setup-rejects", test_setup_rejects);
     g_test_add_func("/virtqueue/iov-exhausted", test_iov_exhausted);
