@@ -254,14 +254,8 @@ static bool add_object(const char *arg, GError **errp)
         if (!parse_int("--object", p->key, p->value, dst, errp)) {
             return false;
         }
-        if ((dst == &params.x_complete_hold_ns && *dst > IOTHREAD_COMPLETE_HOLD_NS_MAX) ||
-            (dst == &params.x_complete_hold_depth &&
-             (*dst < 1 || *dst > IOTHREAD_COMPLETE_HOLD_DEPTH_MAX))) {
-            g_set_error(errp, SD_ERROR, EINVAL,
-                        "--object: Parameter '%s' must be in range [%d, %d]", p->key,
-                        dst == &params.x_complete_hold_ns ? 0 : 1,
-                        dst == &params.x_complete_hold_ns ? IOTHREAD_COMPLETE_HOLD_NS_MAX
-                                                          : IOTHREAD_COMPLETE_HOLD_DEPTH_MAX);
+        if (!iothread_param_check(p->key, *dst, errp)) {
+            g_prefix_error(errp, "--object: ");
             return false;
         }
     }

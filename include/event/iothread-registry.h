@@ -51,6 +51,13 @@ typedef struct IOThreadParams {
  * x-complete-hold-depth=16.
  */
 void iothread_params_init(IOThreadParams *p);
+/*
+ * The range check of one parsed -object iothread value, for every front end
+ * (vblk's -object, vblk-storage-daemon's --object): false and @errp
+ * ("<key> value must be in range [min, max]") when @v is outside its
+ * property's range; true for keys without one.
+ */
+bool iothread_param_check(const char *key, int64_t v, GError **errp);
 
 /*
  * The iothread named @id: started with @params (NULL: the defaults) on the

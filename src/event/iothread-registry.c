@@ -3,8 +3,11 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <inttypes.h>
 #include <limits.h>
 #include <string.h>
+
+#include <gio/gio.h>
 
 #include "event/iothread-registry.h"
 #include "iothread-qmp.h"
@@ -35,6 +38,25 @@ void iothread_params_init(IOThreadParams *p)
                           .x_complete_hold_depth = IOTHREAD_COMPLETE_HOLD_DEPTH_DEFAULT};
 }
 
+/* Context: any thread */
+bool iothread_param_check(const char *key, int64_t v, GError **errp)
+{
+    int64_t min = 0, max = INT64_MAX;
+
+    if (!strcmp(key, "x-complete-hold-ns")) {
+        max = IOTHREAD_COMPLETE_HOLD_NS_MAX;
+    } else if (!strcmp(key, "x-complete-hold-depth")) {
+        min = 1;
+        max = IOTHREAD_COMPLETE_HOLD_DEPTH_MAX;
+    }
+    if (v < min || v > max) {
+        g_set_error(errp, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                    "%s value must be in range [%" PRId64 ", %" PRId64 "]", key, min, max);
+        return false;
+    }
+    return true;
+}
+
 /* Context: main thread */
 IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GError **errp)
 {
@@ -63,9 +85,9 @@ IOThread *iothread_registry_get(const char *id, const IOThreadParams *params, GE
                                r->params.poll_shrink);
     iothread_set_aio_max_batch(t, (unsigned)MIN(r->params.aio_max_batch, (int64_t)UINT_MAX));
     iothread_set_submit_early(t, (unsigned)MIN(r->params.x_submit_early, (int64_t)UINT_MAX));
-    iothread_set_complete_hold(
-        t, CLAMP(r->params.x_complete_hold_ns, 0, IOTHREAD_COMPLETE_HOLD_NS_MAX),
-        (unsigned)CLAMP(r->params.x_complete_hold_depth, 1, IOTHREAD_COMPLETE_HOLD_DEPTH_MAX));
+    /* Checked by the parsers (iothread_param_check); the dataplane clamps again. */
+    iothread_set_complete_hold(t, r->params.x_complete_hold_ns,
+                               (unsigned)MIN(r->params.x_complete_hold_depth, (int64_t)UINT_MAX));
     if (!registry) {
         registry = g_ptr_array_new_with_free_func(registered_free);
     }

@@ -296,8 +296,7 @@ static bool req_take_status(VirtIOBlkReq *req)
 static void req_protocol_error(VirtIOBlkQueue *q, VirtIOBlkReq *req, const char *why)
 {
     req_finish(req, VIRTIO_BLK_S_IOERR);
-    virtqueue_flush(q->vq);
-    virtqueue_set_broken(q->vq, why);
+    virtqueue_set_broken(q->vq, why); /* publishes the chain first */
 }
 
 /* Parse one popped chain; returns a status to complete inline, or 0xff = submitted. */

@@ -818,16 +818,6 @@ static bool object_int64(const char *name, const char *arg, const OptPair *p, in
     return true;
 }
 
-static bool object_in_range(const char *key, int64_t v, int64_t min, int64_t max, GError **errp)
-{
-    if (v < min || v > max) {
-        g_set_error(errp, VMM_ERROR, ERANGE, "%s value must be in range [%" PRId64 ", %" PRId64 "]",
-                    key, min, max);
-        return false;
-    }
-    return true;
-}
-
 /* One property of -object iothread. */
 static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg, const OptPair *p,
                           GError **errp)
@@ -848,12 +838,10 @@ static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg,
         return object_int64(name, arg, p, &t->params.x_submit_early, errp);
     } else if (!strcmp(p->key, "x-complete-hold-ns")) {
         return object_int64(name, arg, p, &t->params.x_complete_hold_ns, errp) &&
-               object_in_range(p->key, t->params.x_complete_hold_ns, 0,
-                               IOTHREAD_COMPLETE_HOLD_NS_MAX, errp);
+               iothread_param_check(p->key, t->params.x_complete_hold_ns, errp);
     } else if (!strcmp(p->key, "x-complete-hold-depth")) {
         return object_int64(name, arg, p, &t->params.x_complete_hold_depth, errp) &&
-               object_in_range(p->key, t->params.x_complete_hold_depth, 1,
-                               IOTHREAD_COMPLETE_HOLD_DEPTH_MAX, errp);
+               iothread_param_check(p->key, t->params.x_complete_hold_depth, errp);
     }
     return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
 }
