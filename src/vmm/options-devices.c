@@ -809,9 +809,8 @@ static bool object_int64(const char *name, const char *arg, const OptPair *p, in
     if (!*p->value || *end || errno == ERANGE) {
         return opt_fail(errp, name, arg, "Parameter '%s' expects an int64 value", p->key);
     }
-    if (v < 0) {
-        g_set_error(errp, VMM_ERROR, ERANGE, "%s value must be in range [0, %" PRId64 "]", p->key,
-                    (int64_t)INT64_MAX);
+    /* One range check for both command lines (vblk-storage-daemon's --object too). */
+    if (!iothread_param_check(p->key, v, errp)) {
         return false;
     }
     *out = v;
@@ -837,11 +836,9 @@ static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg,
     } else if (!strcmp(p->key, "x-submit-early")) {
         return object_int64(name, arg, p, &t->params.x_submit_early, errp);
     } else if (!strcmp(p->key, "x-complete-hold-ns")) {
-        return object_int64(name, arg, p, &t->params.x_complete_hold_ns, errp) &&
-               iothread_param_check(p->key, t->params.x_complete_hold_ns, errp);
+        return object_int64(name, arg, p, &t->params.x_complete_hold_ns, errp);
     } else if (!strcmp(p->key, "x-complete-hold-depth")) {
-        return object_int64(name, arg, p, &t->params.x_complete_hold_depth, errp) &&
-               iothread_param_check(p->key, t->params.x_complete_hold_depth, errp);
+        return object_int64(name, arg, p, &t->params.x_complete_hold_depth, errp);
     }
     return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
 }

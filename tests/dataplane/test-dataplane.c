@@ -720,6 +720,140 @@ static void add(const char *name, GTestDataFunc fn, const Param *p)
     g_test_add_data_func(name, p, fn);
 }
 
+/* Reap the used GET_IDs among @ids[0..n): each one of ours, once, status OK. */
+static unsigned reap_get_ids(DpFix *f, DpReq *ids, bool *done, unsigned n)
+{
+    unsigned got = 0;
+    uint16_t head;
+    uint32_t len;
+
+    while (testvq_get_used(f->tvq, &head, &len)) {
+        unsigned k;
+
+        for (k = 0; k < n && (done[k] || ids[k].head != head); k++) {
+        }
+        g_assert_cmpuint(k, <, n); /* a GET_ID of ours, completed once */
+        g_assert_cmpuint(dpfix_status(f, &ids[k]), ==, VIRTIO_BLK_S_OK);
+        done[k] = true;
+        got++;
+    }
+    return got;
+}
+
+/*
+ * The hold's timer is armed once, not pushed back by every pass: with the
+ * read from an empty FIFO keeping the queue "deep", the test kicks a GET_ID
+ * every 150 us (spinning), far more often than the 1 ms hold, until one is
+ * published. A timer re-armed at each pass would publish nothing while the
+ * kicks go on (40 kicks, 6 hold times); the timer armed by the first held
+ * pass publishes after about 7. A gap of a hold or more between two kicks
+ * (the test thread preempted) would let even a pushed-back timer fire, so
+ * such an attempt proves nothing and is tried again, up to 8 times.
+ */
+static void test_complete_hold_steady(void)
+{
+    enum { MAX_KICKS = 40, ATTEMPTS = 8 };
+    const int64_t hold = 1000000; /* 1 ms */
+    g_autofree char *dir = g_dir_make_tmp("vblk-hold-XXXXXX", NULL);
+    g_autofree char *fifo = g_build_filename(dir, "fifo", NULL);
+    DpFixOpts o = {.engine = "io_uring",
+                   .path = fifo,
+                   .stream = true,
+                   .disk_size = 1 << 20,
+                   .complete_hold_ns = hold,
+                   .complete_hold_depth = 1};
+    GRand *rnd = g_rand_new_with_seed(11);
+    DpReq rd, ids[MAX_KICKS];
+    uint8_t pattern[512], buf[512];
+    DataPlaneWakeStats wk;
+    unsigned conclusive = 0;
+    IOQStats ist;
+    DpFix *f;
+
+    g_assert_nonnull(dir);
+    g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+    f = dpfix_new(&o);
+    if (!f) {
+        g_test_skip("io_uring not usable here");
+        goto out;
+    }
+    dpfix_start(f);
+    g_assert_true(dpfix_add(f, &rd, VIRTIO_BLK_T_IN, 0, NULL, 512, 1, 0, rnd));
+    testvq_kick(f->tvq);
+    for (int i = 0; i < TIMEOUT_MS; i++) {
+        dataplane_get_ioq_stats(f->dp, &ist);
+        if (ist.inflight == 1) {
+            break;
+        }
+        g_usleep(1000);
+    }
+    g_assert_cmpuint(ist.inflight, ==, 1);
+    for (unsigned a = 0; a < ATTEMPTS && !conclusive; a++) {
+        bool done[MAX_KICKS] = {false};
+        unsigned kicks = 0, got = 0;
+        int64_t last = now_ns(), max_gap = 0;
+
+        while (kicks < MAX_KICKS && !got) {
+            int64_t t = now_ns();
+
+            max_gap = MAX(max_gap, t - last);
+            last = t;
+            g_assert_true(dpfix_add(f, &ids[kicks], VIRTIO_BLK_T_GET_ID, 0, NULL,
+                                    VIRTIO_BLK_ID_BYTES, 1, 0, rnd));
+            kicks++;
+            testvq_kick(f->tvq);
+            while (!got && now_ns() - last < 150000) {
+                got += reap_get_ids(f, ids, done, kicks);
+            }
+        }
+        g_test_message("attempt %u: first publish after %u of %u kicks (%u GET_IDs), longest gap "
+                       "%" PRId64 " us",
+                       a + 1, kicks, MAX_KICKS, got, max_gap / 1000);
+        if (max_gap < hold) {
+            /* Published while the kicks went on: the deadline was not pushed back. */
+            g_assert_cmpuint(got, >, 0);
+            conclusive++;
+        }
+        /* Every held completion comes out, a hold after its pass at most. */
+        while (got < kicks) {
+            unsigned n = reap_get_ids(f, ids, done, kicks);
+
+            if (!n) {
+                g_assert_true(testvq_wait_used(f->tvq, TIMEOUT_MS));
+            }
+            got += n;
+        }
+    }
+    if (!conclusive) {
+        g_test_incomplete("the test thread was preempted for a hold or more in every attempt");
+    }
+    dataplane_get_wake_stats(f->dp, &wk);
+    g_assert_cmpuint(wk.complete_holds, >=, 1);
+    /* Then the read: its data arrives and it completes with its bytes. */
+    memset(pattern, 0x3c, sizeof(pattern));
+    {
+        int wfd = open(fifo, O_WRONLY | O_CLOEXEC);
+
+        g_assert_cmpint(wfd, >=, 0);
+        g_assert_cmpint(write(wfd, pattern, sizeof(pattern)), ==, (ssize_t)sizeof(pattern));
+        close(wfd);
+    }
+    {
+        DpReq *byhead[256] = {0};
+
+        byhead[rd.head] = &rd;
+        wait_all(f, byhead, 1, NULL);
+    }
+    dpfix_read_data(f, &rd, buf);
+    g_assert_cmpmem(buf, sizeof(buf), pattern, sizeof(pattern));
+    dpfix_stop(f);
+    dpfix_free(f);
+out:
+    g_rand_free(rnd);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     static const Param aio_direct = {"native", true, 0, 0, false, false};
@@ -751,6 +885,7 @@ int main(int argc, char **argv)
     add("/dataplane/native/stop-start-stream", test_stop_start_stream, &aio_direct);
     add("/dataplane/io_uring/stop-start-stream", test_stop_start_stream, &uring_direct);
     g_test_add_func("/dataplane/null/read-zeroes-counters", test_null);
+    g_test_add_func("/dataplane/io_uring/complete-hold/steady", test_complete_hold_steady);
     g_test_add_data_func("/dataplane/io_uring/complete-hold/deep", GUINT_TO_POINTER(1),
                          test_complete_hold);
     g_test_add_data_func("/dataplane/io_uring/complete-hold/shallow", GUINT_TO_POINTER(2),

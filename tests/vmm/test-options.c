@@ -277,7 +277,11 @@ static void test_object_iothread(void)
               "x-complete-hold-ns value must be in range [0, 1000000]");
     parse_bad("-object iothread,id=io1,x-complete-hold-depth=0",
               "x-complete-hold-depth value must be in range [1, 4096]");
-    parse_bad("-object iothread,id=io1,x-complete-hold-ns=-1", "must be in range");
+    parse_bad("-object iothread,id=io1,x-complete-hold-ns=-1",
+              "x-complete-hold-ns value must be in range [0, 1000000]");
+    /* A negative depth names the depth's own range, not the generic int64 one. */
+    parse_bad("-object iothread,id=io1,x-complete-hold-depth=-1",
+              "x-complete-hold-depth value must be in range [1, 4096]");
 }
 
 /*
