@@ -617,6 +617,38 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Wait until the FIFO read is in the kernel (nothing to read yet), where it stays. */
+static void wait_one_inflight(DpFix *f)
+{
+    IOQStats ist;
+
+    for (int i = 0; i < TIMEOUT_MS; i++) {
+        dataplane_get_ioq_stats(f->dp, &ist);
+        if (ist.inflight == 1) {
+            break;
+        }
+        g_usleep(1000);
+    }
+    g_assert_cmpuint(ist.inflight, ==, 1);
+}
+
+/* Feed the FIFO 512 bytes of @fill and check that the read completes with them. */
+static void feed_fifo_read(DpFix *f, const char *fifo, DpReq *rd, uint8_t fill)
+{
+    DpReq *byhead[256] = {0};
+    uint8_t pattern[512], buf[512];
+    int wfd = open(fifo, O_WRONLY | O_CLOEXEC);
+
+    memset(pattern, fill, sizeof(pattern));
+    g_assert_cmpint(wfd, >=, 0);
+    g_assert_cmpint(write(wfd, pattern, sizeof(pattern)), ==, (ssize_t)sizeof(pattern));
+    close(wfd);
+    byhead[rd->head] = rd;
+    wait_all(f, byhead, 1, NULL);
+    dpfix_read_data(f, rd, buf);
+    g_assert_cmpmem(buf, sizeof(buf), pattern, sizeof(pattern));
+}
+
 /*
  * The completion hold (x-complete-hold-ns): a read from an empty FIFO stays
  * in flight in io_uring for as long as the test wants, so the depth the hold
@@ -640,8 +672,6 @@ static void test_complete_hold(gconstpointer data)
                    .complete_hold_depth = depth};
     GRand *rnd = g_rand_new_with_seed(7);
     DpReq rd, id;
-    DpReq *byhead[128] = {0};
-    uint8_t pattern[512], buf[512];
     DataPlaneWakeStats wk;
     uint16_t head;
     uint32_t len;
@@ -657,23 +687,9 @@ static void test_complete_hold(gconstpointer data)
     }
     dpfix_start(f);
     g_assert_true(dpfix_add(f, &rd, VIRTIO_BLK_T_IN, 0, NULL, 512, 1, 0, rnd));
-    byhead[rd.head] = &rd;
     testvq_kick(f->tvq);
-    /* The read is in the kernel (nothing to read yet), and stays there. */
-    {
-        IOQStats ist;
-
-        for (int i = 0; i < TIMEOUT_MS; i++) {
-            dataplane_get_ioq_stats(f->dp, &ist);
-            if (ist.inflight == 1) {
-                break;
-            }
-            g_usleep(1000);
-        }
-        g_assert_cmpuint(ist.inflight, ==, 1);
-    }
+    wait_one_inflight(f);
     g_assert_true(dpfix_add(f, &id, VIRTIO_BLK_T_GET_ID, 0, NULL, VIRTIO_BLK_ID_BYTES, 1, 0, rnd));
-    byhead[id.head] = &id;
     t0 = now_ns();
     testvq_kick(f->tvq);
     while (!testvq_get_used(f->tvq, &head, &len)) {
@@ -693,18 +709,7 @@ static void test_complete_hold(gconstpointer data)
     g_test_message("GET_ID published %" PRId64 " us after its kick (depth %u)", (t1 - t0) / 1000,
                    depth);
     /* Now the read: its data arrives, nothing is left in flight, no hold. */
-    memset(pattern, 0xa5, sizeof(pattern));
-    {
-        int wfd = open(fifo, O_WRONLY | O_CLOEXEC);
-
-        g_assert_cmpint(wfd, >=, 0);
-        g_assert_cmpint(write(wfd, pattern, sizeof(pattern)), ==, (ssize_t)sizeof(pattern));
-        close(wfd);
-    }
-    byhead[id.head] = NULL;
-    wait_all(f, byhead, 1, NULL);
-    dpfix_read_data(f, &rd, buf);
-    g_assert_cmpmem(buf, sizeof(buf), pattern, sizeof(pattern));
+    feed_fifo_read(f, fifo, &rd, 0xa5);
     dataplane_get_wake_stats(f->dp, &wk);
     g_assert_cmpuint(wk.complete_holds, ==, depth <= 1 ? 1 : 0);
     dpfix_stop(f);
@@ -764,10 +769,8 @@ static void test_complete_hold_steady(void)
                    .complete_hold_depth = 1};
     GRand *rnd = g_rand_new_with_seed(11);
     DpReq rd, ids[MAX_KICKS];
-    uint8_t pattern[512], buf[512];
     DataPlaneWakeStats wk;
     unsigned conclusive = 0;
-    IOQStats ist;
     DpFix *f;
 
     g_assert_nonnull(dir);
@@ -780,14 +783,7 @@ static void test_complete_hold_steady(void)
     dpfix_start(f);
     g_assert_true(dpfix_add(f, &rd, VIRTIO_BLK_T_IN, 0, NULL, 512, 1, 0, rnd));
     testvq_kick(f->tvq);
-    for (int i = 0; i < TIMEOUT_MS; i++) {
-        dataplane_get_ioq_stats(f->dp, &ist);
-        if (ist.inflight == 1) {
-            break;
-        }
-        g_usleep(1000);
-    }
-    g_assert_cmpuint(ist.inflight, ==, 1);
+    wait_one_inflight(f);
     for (unsigned a = 0; a < ATTEMPTS && !conclusive; a++) {
         bool done[MAX_KICKS] = {false};
         unsigned kicks = 0, got = 0;
@@ -830,22 +826,7 @@ static void test_complete_hold_steady(void)
     dataplane_get_wake_stats(f->dp, &wk);
     g_assert_cmpuint(wk.complete_holds, >=, 1);
     /* Then the read: its data arrives and it completes with its bytes. */
-    memset(pattern, 0x3c, sizeof(pattern));
-    {
-        int wfd = open(fifo, O_WRONLY | O_CLOEXEC);
-
-        g_assert_cmpint(wfd, >=, 0);
-        g_assert_cmpint(write(wfd, pattern, sizeof(pattern)), ==, (ssize_t)sizeof(pattern));
-        close(wfd);
-    }
-    {
-        DpReq *byhead[256] = {0};
-
-        byhead[rd.head] = &rd;
-        wait_all(f, byhead, 1, NULL);
-    }
-    dpfix_read_data(f, &rd, buf);
-    g_assert_cmpmem(buf, sizeof(buf), pattern, sizeof(pattern));
+    feed_fifo_read(f, fifo, &rd, 0x3c);
     dpfix_stop(f);
     dpfix_free(f);
 out:
