@@ -165,6 +165,24 @@ static bool parse_int(const char *opt, const char *key, const char *v, int64_t *
     return true;
 }
 
+/*
+ * An int64 property of --object, as vblk's -object checks it: an integer at
+ * all here, its range in iothread_param_check().
+ */
+static bool parse_int64(const char *opt, const char *key, const char *v, int64_t *out,
+                        GError **errp)
+{
+    char *end;
+
+    errno = 0;
+    *out = g_ascii_strtoll(v, &end, 0);
+    if (errno || end == v || *end) {
+        g_set_error(errp, SD_ERROR, EINVAL, "%s: Parameter '%s' expects an int64 value", opt, key);
+        return false;
+    }
+    return true;
+}
+
 static void iothread_id_match(const char *id, IOThread *t, const IOThreadParams *params,
                               void *opaque)
 {
@@ -251,7 +269,7 @@ static bool add_object(const char *arg, GError **errp)
             g_set_error(errp, SD_ERROR, EINVAL, "--object: Invalid parameter '%s'", p->key);
             return false;
         }
-        if (!parse_int("--object", p->key, p->value, dst, errp)) {
+        if (!parse_int64("--object", p->key, p->value, dst, errp)) {
             return false;
         }
         if (!iothread_param_check(p->key, *dst, errp)) {

@@ -2475,17 +2475,27 @@ static void test_backend_req_hostile(void)
     daemon_stop(dm);
 }
 
-/* A bad command line: one line on stderr, exit 1. */
+/* A bad command line: one line on stderr, exit 1 (and its words, where given). */
 static void test_bad_cmdline(void)
 {
-    static const char *const bad[][4] = {
-        {"--export", "type=vhost-user-blk,id=e,node-name=missing,addr.type=unix,addr.path=/tmp/x",
+    static const struct {
+        const char *args[3];
+        const char *want;
+    } bad[] = {
+        {{"--export", "type=vhost-user-blk,id=e,node-name=missing,addr.type=unix,addr.path=/tmp/x"},
          NULL},
-        {"--export", "type=nbd,id=e", NULL},
-        {"--blockdev", "driver=file,filename=/nonexistent/x,node-name=n", NULL},
-        {"--object", "memory-backend-ram,id=m", NULL},
-        {"--bogus", NULL},
-        {"--blockdev", NULL},
+        {{"--export", "type=nbd,id=e"}, NULL},
+        {{"--blockdev", "driver=file,filename=/nonexistent/x,node-name=n"}, NULL},
+        {{"--object", "memory-backend-ram,id=m"}, NULL},
+        {{"--bogus"}, NULL},
+        {{"--blockdev"}, NULL},
+        /* the same words and ranges as vblk's -object iothread */
+        {{"--object", "iothread,id=t,x-complete-hold-depth=-1"},
+         "--object: x-complete-hold-depth value must be in range [1, 4096]"},
+        {{"--object", "iothread,id=t,poll-max-ns=-5"},
+         "--object: poll-max-ns value must be in range [0, 9223372036854775807]"},
+        {{"--object", "iothread,id=t,poll-grow=x"},
+         "--object: Parameter 'poll-grow' expects an int64 value"},
     };
 
     for (unsigned i = 0; i < G_N_ELEMENTS(bad); i++) {
@@ -2494,8 +2504,8 @@ static void test_bad_cmdline(void)
         GError *err = NULL;
         int status;
 
-        for (unsigned k = 0; k < 3 && bad[i][k]; k++) {
-            argv[k + 1] = bad[i][k];
+        for (unsigned k = 0; k < 3 && bad[i].args[k]; k++) {
+            argv[k + 1] = bad[i].args[k];
         }
         g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out,
                                    &err_text, &status, &err));
@@ -2506,6 +2516,11 @@ static void test_bad_cmdline(void)
         /* exactly one line */
         g_assert_nonnull(strchr(err_text, '\n'));
         g_assert_cmpuint(strlen(strchr(err_text, '\n')), ==, 1);
+        if (bad[i].want) {
+            g_autofree char *line = g_strndup(err_text, strcspn(err_text, "\n"));
+
+            g_assert_cmpstr(line + strlen("vblk-storage-daemon: "), ==, bad[i].want);
+        }
     }
 }
 
