@@ -14,7 +14,6 @@ nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "$2" ] &
 
 ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
 port=4440
-retries=0
 trap '' PIPE # a QMP client that went away must fail a write, not end the suite
 
 # stall_report LOG: what a vblk that did not end was doing, from its log: the
@@ -108,43 +107,27 @@ run_vblk_once() {
 }
 
 # run_vblk LOG APPEND-EXTRA ARGS...: boot the guest image; returns vblk's status.
-# Two harness failures are retried once, visibly (a "# RETRY" line, counted in
-# the summary), never silently passed: a guest kernel panic at entry_SYSCALL_64 or a
-# guest triple fault (the same harness crash class, docs/reliability.md)
-# (seen a few times in the nested harness, with guest libaio and io_uring) and a
-# guest that stops making progress (seen in CI and in section 2 once; the state
-# printed above the retry tells whether vblk held requests).
-#
-# Only in the nested harness (VBLK_MODE=nested: QEMU TCG's emulated SVM, whose
-# crash class docs/reliability.md names): on a host with VT-x/AMD-V the guests
-# run directly and a guest panic, triple fault or hang is a failure, never
-# retried. VBLK_SYSTEST_RETRY=0/1 overrides (0 shows the no-retry run here).
-harness_retry=0
-[ "${VBLK_MODE:-}" = nested ] && harness_retry=1
-case ${VBLK_SYSTEST_RETRY:-} in 0|1) harness_retry=$VBLK_SYSTEST_RETRY;; esac
+# A guest kernel panic, a guest triple fault or a vblk that does not end within
+# T s fails the test that booted it, with its signature printed. Nothing is
+# retried, in the nested harness either: the retries that covered QEMU TCG's
+# emulated-SVM crash class went once that class's causes were fixed in the L1
+# emulator (scripts/l1-qemu; docs/reliability.md, "no retry").
 run_vblk() {
     log=$1; extra=$2; shift 2
     run_vblk_once "$log" "$VBLK_L2_APPEND $extra" "$@"
     why=""
     if grep -q 'Kernel panic' "$log"; then
         why="guest kernel panic"
-        grep -m3 -E 'BUG|Oops|RIP|invalid opcode|general protection|fault' "$log" | sed 's/^/#   /'
     elif grep -q 'triple fault (KVM_EXIT_SHUTDOWN)' "$log"; then
         why="guest triple fault"
-        grep -m3 -E 'BUG|Oops|RIP|invalid opcode|general protection|fault' "$log" | sed 's/^/#   /'
     elif [ $r -eq 124 ]; then
         why="no exit within $T s"
     fi
-    if [ -n "$why" ] && [ "$harness_retry" = 0 ]; then
-        echo "# $(basename "$log"): $why (no retry: VBLK_MODE=${VBLK_MODE:-?}, VBLK_SYSTEST_RETRY=${VBLK_SYSTEST_RETRY:-unset})"
+    if [ -n "$why" ]; then
+        echo "# $(basename "$log"): $why (VBLK_MODE=${VBLK_MODE:-?})"
+        harness_flake=$why
         grep -m3 -E 'BUG|Oops|RIP|invalid opcode|general protection|fault' "$log" | sed 's/^/#   /'
         [ $r -eq 0 ] && r=1 # a panic the guest rebooted from still fails the test
-    elif [ -n "$why" ]; then
-        retries=$((retries + 1))
-        echo "# RETRY $(basename "$log"): $why; running it once more"
-        cp "$log" "$log.try1"
-        run_vblk_once "$log" "$VBLK_L2_APPEND $extra" "$@"
-        harness_flake="" # retried here already: the section is not run again for it
     fi
     return $r
 }
@@ -1104,11 +1087,9 @@ if [ -z "$list" ]; then
 fi
 #
 # A section's output is held until it ends (a heartbeat line every 2 minutes, for
-# at most 16, keeps scripts/systest from taking it for a hung L1). When it failed
-# after a harness flake that nothing retried yet (a vblk launched with QMP that
-# did not end: its state is printed above; a guest kernel panic), the section
-# runs once more, visibly: its first try's lines become "# RETRY" comments and
-# only the second try counts. run_vblk's boots retry themselves.
+# at most 16, keeps scripts/systest from taking it for a hung L1). A section that
+# failed after a crash or stall of its guest (harness_flake, set where the
+# section saw it) says so on one line, to tell those from wrong results.
 harness_flake=""
 run_section() {
     harness_flake=""
@@ -1119,17 +1100,13 @@ run_section() {
 }
 for sect in $list; do
     echo "# section $sect of $nsections ($(date +%T))"
-    n0=$n; f0=$fails
+    f0=$fails
     run_section "$sect"
-    if [ $fails -gt $f0 ] && [ -n "$harness_flake" ] && [ "$harness_retry" = 1 ]; then
-        retries=$((retries + 1))
-        echo "# RETRY section $sect: $harness_flake; running it once more. The first try printed:"
-        sed 's/^/#   /' "$dir/section.out"
-        n=$n0; fails=$f0
-        run_section "$sect"
-    fi
     cat "$dir/section.out"
+    if [ $fails -gt $f0 ] && [ -n "$harness_flake" ]; then
+        echo "# section $sect failed after: $harness_flake"
+    fi
 done
 
-echo "# $n system tests, $fails failed, $retries runs retried once (see # RETRY; retries $( [ "$harness_retry" = 1 ] && echo on || echo off), VBLK_MODE=${VBLK_MODE:-?})"
+echo "# $n system tests, $fails failed, none retried (VBLK_MODE=${VBLK_MODE:-?})"
 [ $fails -eq 0 ]
