@@ -151,13 +151,20 @@ static bool add_blockdev(const char *arg, GError **errp)
 
 /* ---- --object iothread ---- */
 
-static bool parse_int(const char *opt, const char *key, const char *v, int64_t *out, GError **errp)
+/* A whole decimal, hex or octal int64 in @v, as QEMU's option parsers take it. */
+static bool str_int64(const char *v, int64_t *out)
 {
     char *end;
 
     errno = 0;
-    *out = g_ascii_strtoll(v, &end, 10);
-    if (errno || end == v || *end || *out < 0) {
+    *out = g_ascii_strtoll(v, &end, 0);
+    return !errno && end != v && !*end;
+}
+
+/* A count or size of --export: a non-negative integer. */
+static bool parse_int(const char *opt, const char *key, const char *v, int64_t *out, GError **errp)
+{
+    if (!str_int64(v, out) || *out < 0) {
         g_set_error(errp, SD_ERROR, EINVAL, "%s: Parameter '%s' expects a non-negative integer",
                     opt, key);
         return false;
@@ -172,11 +179,7 @@ static bool parse_int(const char *opt, const char *key, const char *v, int64_t *
 static bool parse_int64(const char *opt, const char *key, const char *v, int64_t *out,
                         GError **errp)
 {
-    char *end;
-
-    errno = 0;
-    *out = g_ascii_strtoll(v, &end, 0);
-    if (errno || end == v || *end) {
+    if (!str_int64(v, out)) {
         g_set_error(errp, SD_ERROR, EINVAL, "%s: Parameter '%s' expects an int64 value", opt, key);
         return false;
     }
