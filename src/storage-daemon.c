@@ -172,20 +172,6 @@ static bool parse_int(const char *opt, const char *key, const char *v, int64_t *
     return true;
 }
 
-/*
- * An int64 property of --object, as vblk's -object checks it: an integer at
- * all here, its range in iothread_param_check().
- */
-static bool parse_int64(const char *opt, const char *key, const char *v, int64_t *out,
-                        GError **errp)
-{
-    if (!str_int64(v, out)) {
-        g_set_error(errp, SD_ERROR, EINVAL, "%s: Parameter '%s' expects an int64 value", opt, key);
-        return false;
-    }
-    return true;
-}
-
 static void iothread_id_match(const char *id, IOThread *t, const IOThreadParams *params,
                               void *opaque)
 {
@@ -246,7 +232,7 @@ static bool add_object(const char *arg, GError **errp)
     iothread_params_init(&params);
     for (guint i = 0; i < pairs->len; i++) {
         OptPair *p = pairs->pdata[i];
-        int64_t *dst = NULL;
+        int r;
 
         if (!strcmp(p->key, "qom-type")) {
             type = p->value;
@@ -254,28 +240,14 @@ static bool add_object(const char *arg, GError **errp)
         } else if (!strcmp(p->key, "id")) {
             id = p->value;
             continue;
-        } else if (!strcmp(p->key, "poll-max-ns")) {
-            dst = &params.poll_max_ns;
-        } else if (!strcmp(p->key, "poll-grow")) {
-            dst = &params.poll_grow;
-        } else if (!strcmp(p->key, "poll-shrink")) {
-            dst = &params.poll_shrink;
-        } else if (!strcmp(p->key, "aio-max-batch")) {
-            dst = &params.aio_max_batch;
-        } else if (!strcmp(p->key, "x-submit-early")) {
-            dst = &params.x_submit_early;
-        } else if (!strcmp(p->key, "x-complete-hold-ns")) {
-            dst = &params.x_complete_hold_ns;
-        } else if (!strcmp(p->key, "x-complete-hold-depth")) {
-            dst = &params.x_complete_hold_depth;
-        } else {
+        }
+        /* The same parse and range check as vblk's -object iothread. */
+        r = iothread_param_set(&params, p->key, p->value, errp);
+        if (r < 0) {
             g_set_error(errp, SD_ERROR, EINVAL, "--object: Invalid parameter '%s'", p->key);
             return false;
         }
-        if (!parse_int64("--object", p->key, p->value, dst, errp)) {
-            return false;
-        }
-        if (!iothread_param_check(p->key, *dst, errp)) {
+        if (r == 0) {
             g_prefix_error(errp, "--object: ");
             return false;
         }

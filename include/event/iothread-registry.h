@@ -58,6 +58,15 @@ void iothread_params_init(IOThreadParams *p);
  * property's range; true for keys without one.
  */
 bool iothread_param_check(const char *key, int64_t v, GError **errp);
+/*
+ * One integer property of -object iothread as text, for every front end:
+ * sets the field of @p that @key names from @value (an integer in any of
+ * QEMU's bases, then iothread_param_check()). Returns 1 when set; 0 with
+ * @errp ("Parameter '<key>' expects an int64 value" or the range message)
+ * when @value is not a valid value; -1 when @key is no integer property of
+ * an iothread (the caller's "id", or its invalid-parameter error).
+ */
+int iothread_param_set(IOThreadParams *p, const char *key, const char *value, GError **errp);
 
 /*
  * The iothread named @id: started with @params (NULL: the defaults) on the

@@ -3,8 +3,10 @@
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <gio/gio.h>
@@ -55,6 +57,45 @@ bool iothread_param_check(const char *key, int64_t v, GError **errp)
         return false;
     }
     return true;
+}
+
+static const struct {
+    const char *key;
+    size_t offset;
+} iothread_int_props[] = {
+    {"poll-max-ns", offsetof(IOThreadParams, poll_max_ns)},
+    {"poll-grow", offsetof(IOThreadParams, poll_grow)},
+    {"poll-shrink", offsetof(IOThreadParams, poll_shrink)},
+    {"aio-max-batch", offsetof(IOThreadParams, aio_max_batch)},
+    {"x-submit-early", offsetof(IOThreadParams, x_submit_early)},
+    {"x-complete-hold-ns", offsetof(IOThreadParams, x_complete_hold_ns)},
+    {"x-complete-hold-depth", offsetof(IOThreadParams, x_complete_hold_depth)},
+};
+
+/* Context: any thread (the command-line parsers) */
+int iothread_param_set(IOThreadParams *p, const char *key, const char *value, GError **errp)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(iothread_int_props); i++) {
+        char *end;
+        int64_t v;
+
+        if (strcmp(key, iothread_int_props[i].key)) {
+            continue;
+        }
+        errno = 0;
+        v = g_ascii_strtoll(value, &end, 0);
+        if (!*value || *end || errno) {
+            g_set_error(errp, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                        "Parameter '%s' expects an int64 value", key);
+            return 0;
+        }
+        if (!iothread_param_check(key, v, errp)) {
+            return 0;
+        }
+        *(int64_t *)(void *)((char *)p + iothread_int_props[i].offset) = v;
+        return 1;
+    }
+    return -1;
 }
 
 /* Context: main thread */

@@ -794,53 +794,23 @@ bool opt_device(VmmOptions *o, const char *name, const char *arg, GError **errp)
     return true;
 }
 
-/*
- * An int64 property of -object, as QEMU's QOM visitor checks it: an integer
- * at all ("expects an int64 value"), then the property's range.
- */
-static bool object_int64(const char *name, const char *arg, const OptPair *p, int64_t *out,
-                         GError **errp)
-{
-    char *end;
-    gint64 v;
-
-    errno = 0;
-    v = g_ascii_strtoll(p->value, &end, 0);
-    if (!*p->value || *end || errno == ERANGE) {
-        return opt_fail(errp, name, arg, "Parameter '%s' expects an int64 value", p->key);
-    }
-    /* One range check for both command lines (vblk-storage-daemon's --object too). */
-    if (!iothread_param_check(p->key, v, errp)) {
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* One property of -object iothread. */
 static bool iothread_prop(IothreadOptions *t, const char *name, const char *arg, const OptPair *p,
                           GError **errp)
 {
+    int r;
+
     if (!strcmp(p->key, "id")) {
         g_free(t->id);
         t->id = g_strdup(p->value);
         return true;
-    } else if (!strcmp(p->key, "poll-max-ns")) {
-        return object_int64(name, arg, p, &t->params.poll_max_ns, errp);
-    } else if (!strcmp(p->key, "poll-grow")) {
-        return object_int64(name, arg, p, &t->params.poll_grow, errp);
-    } else if (!strcmp(p->key, "poll-shrink")) {
-        return object_int64(name, arg, p, &t->params.poll_shrink, errp);
-    } else if (!strcmp(p->key, "aio-max-batch")) {
-        return object_int64(name, arg, p, &t->params.aio_max_batch, errp);
-    } else if (!strcmp(p->key, "x-submit-early")) {
-        return object_int64(name, arg, p, &t->params.x_submit_early, errp);
-    } else if (!strcmp(p->key, "x-complete-hold-ns")) {
-        return object_int64(name, arg, p, &t->params.x_complete_hold_ns, errp);
-    } else if (!strcmp(p->key, "x-complete-hold-depth")) {
-        return object_int64(name, arg, p, &t->params.x_complete_hold_depth, errp);
     }
-    return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
+    r = iothread_param_set(&t->params, p->key, p->value, errp);
+    if (r < 0) {
+        return opt_fail(errp, name, arg, "Invalid parameter '%s'", p->key);
+    }
+    /* r == 0: @errp says what is wrong with the value; opt_fail names the option. */
+    return r ? true : opt_fail(errp, name, arg, "Parameter '%s' has an invalid value", p->key);
 }
 
 /* Whether an -object (iothread or secret) has the id @id already. */

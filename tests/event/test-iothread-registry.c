@@ -7,6 +7,8 @@
  */
 #include <glib.h>
 #include <json-glib/json-glib.h>
+#include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../monitor/qmp-test-util.h"
@@ -143,9 +145,105 @@ static void test_registry(void)
     test_teardown(mon, path);
 }
 
+/* The field of @p that @key names (written out here, apart from the code's table). */
+static int64_t param_field(const IOThreadParams *p, const char *key)
+{
+    if (!strcmp(key, "poll-max-ns")) {
+        return p->poll_max_ns;
+    } else if (!strcmp(key, "poll-grow")) {
+        return p->poll_grow;
+    } else if (!strcmp(key, "poll-shrink")) {
+        return p->poll_shrink;
+    } else if (!strcmp(key, "aio-max-batch")) {
+        return p->aio_max_batch;
+    } else if (!strcmp(key, "x-submit-early")) {
+        return p->x_submit_early;
+    } else if (!strcmp(key, "x-complete-hold-ns")) {
+        return p->x_complete_hold_ns;
+    }
+    g_assert_cmpstr(key, ==, "x-complete-hold-depth");
+    return p->x_complete_hold_depth;
+}
+
+/*
+ * iothread_param_set(): the one text-to-property step of both command lines
+ * (vblk's -object and vblk-storage-daemon's --object).
+ */
+static void test_param_set(void)
+{
+    static const struct {
+        const char *key, *value;
+        int ret;
+        int64_t want;    /* ret 1: the field's new value */
+        const char *msg; /* ret 0: the error */
+    } cases[] = {
+        {"poll-max-ns", "0", 1, 0, NULL},
+        {"poll-max-ns", "0x8000", 1, 32768, NULL}, /* QEMU's bases */
+        {"poll-grow", "010", 1, 8, NULL},
+        {"aio-max-batch", "9223372036854775807", 1, INT64_MAX, NULL},
+        {"x-complete-hold-depth", "4096", 1, 4096, NULL},
+        {"poll-max-ns", "", 0, 0, "Parameter 'poll-max-ns' expects an int64 value"},
+        {"poll-shrink", "1.5", 0, 0, "Parameter 'poll-shrink' expects an int64 value"},
+        {"x-submit-early", "4k", 0, 0, "Parameter 'x-submit-early' expects an int64 value"},
+        {"aio-max-batch", "9223372036854775808", 0, 0,
+         "Parameter 'aio-max-batch' expects an int64 value"},
+        {"poll-max-ns", "-1", 0, 0, "poll-max-ns value must be in range [0, 9223372036854775807]"},
+        {"x-complete-hold-depth", "0", 0, 0,
+         "x-complete-hold-depth value must be in range [1, 4096]"},
+        {"x-complete-hold-ns", "1000001", 0, 0,
+         "x-complete-hold-ns value must be in range [0, 1000000]"},
+        {"id", "io0", -1, 0, NULL},
+        {"poll_max_ns", "1", -1, 0, NULL},
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        IOThreadParams p, before;
+        g_autoptr(GError) err = NULL;
+        int r;
+
+        iothread_params_init(&p);
+        before = p;
+        r = iothread_param_set(&p, cases[i].key, cases[i].value, &err);
+        g_assert_cmpint(r, ==, cases[i].ret);
+        if (r == 1) {
+            g_assert_no_error(err);
+            g_assert_cmpint(param_field(&p, cases[i].key), ==, cases[i].want);
+        } else if (r == 0) {
+            g_assert_nonnull(err);
+            g_assert_cmpstr(err->message, ==, cases[i].msg);
+        } else {
+            g_assert_no_error(err);
+        }
+        if (r != 1) {
+            g_assert_cmpmem(&p, sizeof(p), &before, sizeof(before)); /* untouched */
+        }
+    }
+    /* Each key lands in its own field. */
+    {
+        IOThreadParams p;
+
+        iothread_params_init(&p);
+        g_assert_cmpint(iothread_param_set(&p, "poll-max-ns", "1", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "poll-grow", "2", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "poll-shrink", "3", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "aio-max-batch", "4", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "x-submit-early", "5", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "x-complete-hold-ns", "6", NULL), ==, 1);
+        g_assert_cmpint(iothread_param_set(&p, "x-complete-hold-depth", "7", NULL), ==, 1);
+        g_assert_cmpint(p.poll_max_ns, ==, 1);
+        g_assert_cmpint(p.poll_grow, ==, 2);
+        g_assert_cmpint(p.poll_shrink, ==, 3);
+        g_assert_cmpint(p.aio_max_batch, ==, 4);
+        g_assert_cmpint(p.x_submit_early, ==, 5);
+        g_assert_cmpint(p.x_complete_hold_ns, ==, 6);
+        g_assert_cmpint(p.x_complete_hold_depth, ==, 7);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/event/iothread-registry", test_registry);
+    g_test_add_func("/event/iothread-param-set", test_param_set);
     return g_test_run();
 }

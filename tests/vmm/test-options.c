@@ -275,7 +275,9 @@ static void test_object_iothread(void)
     options_free(o);
     parse_bad("-object iothread,id=io1,x-complete-hold-ns=1000001",
               "x-complete-hold-ns value must be in range [0, 1000000]");
+    /* Out of range: one line that names the option, as QEMU's does. */
     parse_bad("-object iothread,id=io1,x-complete-hold-depth=0",
+              "-object iothread,id=io1,x-complete-hold-depth=0: "
               "x-complete-hold-depth value must be in range [1, 4096]");
     parse_bad("-object iothread,id=io1,x-complete-hold-ns=-1",
               "x-complete-hold-ns value must be in range [0, 1000000]");
