@@ -151,20 +151,14 @@ static bool add_blockdev(const char *arg, GError **errp)
 
 /* ---- --object iothread ---- */
 
-/* A whole decimal, hex or octal int64 in @v, as QEMU's option parsers take it. */
-static bool str_int64(const char *v, int64_t *out)
+/* A count or size of --export: a non-negative integer, decimal, hex or octal as QEMU takes it. */
+static bool parse_int(const char *opt, const char *key, const char *v, int64_t *out, GError **errp)
 {
     char *end;
 
     errno = 0;
     *out = g_ascii_strtoll(v, &end, 0);
-    return !errno && end != v && !*end;
-}
-
-/* A count or size of --export: a non-negative integer. */
-static bool parse_int(const char *opt, const char *key, const char *v, int64_t *out, GError **errp)
-{
-    if (!str_int64(v, out) || *out < 0) {
+    if (errno || end == v || *end || *out < 0) {
         g_set_error(errp, SD_ERROR, EINVAL, "%s: Parameter '%s' expects a non-negative integer",
                     opt, key);
         return false;
